@@ -1,0 +1,49 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <ctime>
+#include <limits>
+
+#include <torch_monitor/export.h>
+
+namespace torch_monitor {
+
+// Which monotonic clock a Stat reads. COARSE (CLOCK_MONOTONIC_COARSE, ~3 ns)
+// lags the precise clock (~25 ns) by at most one kernel tick, so it is used
+// only for windows much longer than a tick (see coarseClockIsPreciseEnough).
+enum class ClockSource { PRECISE, COARSE };
+
+namespace detail {
+inline constexpr int64_t kNoFakeClock = std::numeric_limits<int64_t>::min();
+// The fake clock used by tests; kNoFakeClock when the real clock is in use.
+TORCH_MONITOR_API extern std::atomic<int64_t> fakeMonotonicMs;
+} // namespace detail
+
+// Milliseconds on the monotonic clock (the clock std::chrono::steady_clock
+// reads on Linux), or the fake clock's value while one is set.
+inline int64_t monotonicMs(ClockSource source) noexcept {
+  const int64_t fake = detail::fakeMonotonicMs.load(std::memory_order_relaxed);
+  if (__builtin_expect(fake != detail::kNoFakeClock, 0)) {
+    return fake;
+  }
+  timespec ts;
+  clock_gettime(
+      source == ClockSource::COARSE ? CLOCK_MONOTONIC_COARSE : CLOCK_MONOTONIC,
+      &ts);
+  return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+// True when the coarse clock's resolution is at most 1% of the window, so a
+// window boundary is late by at most 1% of the window.
+TORCH_MONITOR_API bool coarseClockIsPreciseEnough(int64_t windowMs) noexcept;
+
+namespace testing {
+// Replaces the monotonic clock of every Stat by a fake one set to `ms`, so
+// window tests are deterministic without sleeping. Process-wide.
+TORCH_MONITOR_API void setFakeMonotonicMs(int64_t ms) noexcept;
+// Returns to the real monotonic clock.
+TORCH_MONITOR_API void clearFakeMonotonicClock() noexcept;
+} // namespace testing
+
+} // namespace torch_monitor

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <variant>
+
+namespace torch_monitor {
+
+// The value types an event can carry; the same alternatives, in the same
+// order, as torch::monitor::data_value_t.
+using data_value_t = std::variant<std::string, double, int64_t, bool>;
+
+// A named, timestamped record handed to every registered EventHandler.
+// Thread safety: a plain value type; concurrent reads are safe, writes need
+// external synchronisation.
+struct Event {
+  std::string name;
+  std::chrono::time_point<std::chrono::system_clock> timestamp;
+  std::unordered_map<std::string, data_value_t> data;
+
+  friend bool operator==(const Event& a, const Event& b) {
+    return a.name == b.name && a.timestamp == b.timestamp && a.data == b.data;
+  }
+  friend bool operator!=(const Event& a, const Event& b) {
+    return !(a == b);
+  }
+};
+
+// Name of the events emitted when a Stat window closes (kept identical to
+// torch.monitor so handlers written for it keep matching).
+inline constexpr const char* kStatEventName = "torch.monitor.Stat";
+
+} // namespace torch_monitor

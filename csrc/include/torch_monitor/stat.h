@@ -1,0 +1,164 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <torch_monitor/aggregation.h>
+#include <torch_monitor/clock.h>
+#include <torch_monitor/detail/accumulator.h>
+#include <torch_monitor/detail/thread_shard.h>
+#include <torch_monitor/event.h>
+#include <torch_monitor/export.h>
+
+namespace torch_monitor {
+
+// Windowed summary statistics of a stream of samples, with the semantics of
+// torch::monitor::Stat: windows are aligned to multiples of `windowSize` on
+// the monotonic clock; a finished window is closed by the next add() (or by
+// destruction), which logs one "torch.monitor.Stat" event carrying one
+// "<name>.<aggregation>" key per enabled aggregation.
+//
+// With the default (unbounded) maxSamples, add() is lock-free and each thread
+// accumulates into a shard of its own (see detail/thread_shard.h); with a
+// finite maxSamples the per-window cap needs one exact count, so add() takes
+// the stat's mutex.
+//
+// Thread safety: no concurrent call to any API of this type causes a data
+// race, and no sample is lost or counted twice across a window close.
+template <typename T>
+class TORCH_MONITOR_API Stat {
+ public:
+  static constexpr int64_t kUnlimitedSamples =
+      std::numeric_limits<int64_t>::max();
+
+  // Throws c10::ValueError for a window under 1 ms, maxSamples < 1, an empty
+  // or invalid aggregation list.
+  Stat(
+      std::string name,
+      std::initializer_list<Aggregation> aggregations,
+      std::chrono::milliseconds windowSize,
+      int64_t maxSamples = kUnlimitedSamples)
+      : Stat(
+            std::move(name),
+            std::vector<Aggregation>(aggregations),
+            windowSize,
+            maxSamples) {}
+  Stat(
+      std::string name,
+      std::vector<Aggregation> aggregations,
+      std::chrono::milliseconds windowSize,
+      int64_t maxSamples = kUnlimitedSamples);
+
+  Stat(const Stat&) = delete;
+  Stat& operator=(const Stat&) = delete;
+
+  // Closes the open window: logs it if it holds samples, even if it has not
+  // elapsed. A throwing handler is reported as a warning here.
+  ~Stat();
+
+  // Adds one sample to the current window, closing the previous window first
+  // if it has ended. The sample is added even when a handler of the closing
+  // event throws; that exception then propagates after every handler ran.
+  void add(T v) {
+    const int64_t now = monotonicMs(clock_);
+    if (capped_) {
+      addCapped(v, now);
+    } else if (__builtin_expect(
+                   now >= windowEndMs_.load(std::memory_order_acquire), 0)) {
+      addAfterRollOver(v, now);
+    } else {
+      addSharded(v, now);
+    }
+  }
+
+  const std::string& name() const noexcept {
+    return name_;
+  }
+  // Samples accepted in the open window.
+  int64_t count() const;
+  // The aggregates of the last closed window (zeros before the first close),
+  // one entry per enabled aggregation.
+  std::unordered_map<Aggregation, T> get() const;
+
+  std::chrono::milliseconds windowSize() const noexcept {
+    return std::chrono::milliseconds(windowMs_);
+  }
+  int64_t maxSamples() const noexcept {
+    return maxSamples_;
+  }
+  // As given to the constructor (duplicates kept).
+  const std::vector<Aggregation>& aggregations() const noexcept {
+    return aggregationList_;
+  }
+
+ private:
+  struct ClosedWindow {
+    detail::Accumulator<T> values;
+    bool emit = false;
+  };
+
+  void addSharded(T v, int64_t now) {
+    const int slot = detail::threadSlot();
+    detail::ThreadShard<T>* shard =
+        shards_[slot].load(std::memory_order_acquire);
+    if (__builtin_expect(
+            shard != nullptr && slot != detail::kOverflowSlot, 1)) {
+      shard->enter();
+      shard->acc.add(v, now);
+      shard->leave();
+    } else {
+      addToNewOrSharedShard(slot, v, now);
+    }
+  }
+  void addAfterRollOver(T v, int64_t now);
+  void addToNewOrSharedShard(int slot, T v, int64_t now);
+  void addCapped(T v, int64_t now);
+  // Collects every shard's share of the open window (callers hold mutex_).
+  detail::Accumulator<T> harvest(bool reset) const;
+  // Makes `closed` the previous window; returns it for emission outside the
+  // lock (callers hold mutex_).
+  ClosedWindow closeLocked(const detail::Accumulator<T>& closed);
+  void emit(const ClosedWindow& closed) const;
+  // (aggregation, aggregate) per enabled aggregation, in eventKeys_ order.
+  std::vector<std::pair<Aggregation, T>> aggregatesOf(
+      const detail::Accumulator<T>& window) const;
+  int64_t windowIdAt(int64_t nowMs) const noexcept {
+    return nowMs / windowMs_ + 1;
+  }
+
+  const std::string name_;
+  const std::vector<Aggregation> aggregationList_;
+  const AggregationSet aggregations_;
+  // (aggregation, "<name>.<aggregation>") per enabled aggregation.
+  std::vector<std::pair<Aggregation, std::string>> eventKeys_;
+  const int64_t windowMs_;
+  const int64_t maxSamples_;
+  const bool capped_;
+  const ClockSource clock_;
+
+  // End (exclusive, monotonic ms) of the open window; 0 before the first add.
+  std::atomic<int64_t> windowEndMs_{0};
+  mutable std::atomic<detail::ThreadShard<T>*>
+      shards_[detail::kMaxThreadSlots + 1] = {};
+
+  // Guards window closing, prev_, the overflow shard and the capped state.
+  mutable std::mutex mutex_;
+  detail::Accumulator<T> prev_;
+  // Capped mode only: torch::monitor's window state machine.
+  detail::Accumulator<T> current_;
+  int64_t windowId_ = 0;
+  int64_t lastClosedWindowId_ = 0;
+};
+
+extern template class Stat<double>;
+extern template class Stat<int64_t>;
+
+} // namespace torch_monitor

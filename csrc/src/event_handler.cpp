@@ -1,0 +1,88 @@
+#include <torch_monitor/event_handler.h>
+
+#include <algorithm>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+#include <c10/util/Exception.h>
+
+namespace torch_monitor {
+namespace {
+
+using HandlerList = std::vector<std::shared_ptr<EventHandler>>;
+
+// Copy-on-write: logEvent takes a snapshot under the lock and calls handlers
+// after releasing it, so handlers may re-enter the registry freely.
+struct Registry {
+  std::mutex mutex;
+  std::shared_ptr<const HandlerList> handlers =
+      std::make_shared<const HandlerList>();
+  std::atomic<bool> empty{true};
+};
+
+// Never destroyed: Stats destroyed during static destruction still log.
+Registry& registry() {
+  static Registry* instance = new Registry();
+  return *instance;
+}
+
+template <typename Edit>
+void editHandlers(Edit edit) {
+  Registry& r = registry();
+  std::shared_ptr<const HandlerList> old;
+  {
+    std::lock_guard<std::mutex> guard(r.mutex);
+    auto next = std::make_shared<HandlerList>(*r.handlers);
+    edit(*next);
+    r.empty.store(next->empty(), std::memory_order_release);
+    old = std::exchange(r.handlers, std::move(next));
+  }
+  // `old` (and maybe a handler) is released here, outside the lock.
+}
+
+} // namespace
+
+EventHandler::~EventHandler() = default;
+
+void logEvent(const Event& event) {
+  Registry& r = registry();
+  if (r.empty.load(std::memory_order_acquire)) {
+    return;
+  }
+  std::shared_ptr<const HandlerList> snapshot;
+  {
+    std::lock_guard<std::mutex> guard(r.mutex);
+    snapshot = r.handlers;
+  }
+  std::exception_ptr first;
+  for (const auto& handler : *snapshot) {
+    try {
+      handler->handle(event);
+    } catch (...) {
+      if (!first) {
+        first = std::current_exception();
+      }
+    }
+  }
+  if (first) {
+    std::rethrow_exception(first);
+  }
+}
+
+void registerEventHandler(std::shared_ptr<EventHandler> handler) {
+  TORCH_CHECK_VALUE(
+      handler != nullptr, "registerEventHandler: the handler is null");
+  editHandlers([&](HandlerList& list) { list.push_back(std::move(handler)); });
+}
+
+void unregisterEventHandler(const std::shared_ptr<EventHandler>& handler) {
+  editHandlers([&](HandlerList& list) {
+    auto it = std::find(list.rbegin(), list.rend(), handler);
+    if (it != list.rend()) {
+      list.erase(std::next(it).base());
+    }
+  });
+}
+
+} // namespace torch_monitor
