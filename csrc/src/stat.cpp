@@ -1,5 +1,6 @@
 #include <torch_monitor/stat.h>
 
+#include <cmath>
 #include <exception>
 
 #include <c10/util/Exception.h>
@@ -238,6 +239,19 @@ std::unordered_map<Aggregation, T> Stat<T>::get() const {
   std::lock_guard<std::mutex> guard(mutex_);
   const auto aggregates = aggregatesOf(prev_);
   return {aggregates.begin(), aggregates.end()};
+}
+
+std::chrono::milliseconds windowFromSeconds(double seconds) {
+  TORCH_CHECK_VALUE(
+      std::isfinite(seconds) && seconds >= 0,
+      "window_size must be a finite, non-negative number of seconds, got ",
+      seconds);
+  TORCH_CHECK_VALUE(
+      seconds < 9.2e15,
+      "window_size is too large: ",
+      seconds,
+      " s");
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
 template class Stat<double>;

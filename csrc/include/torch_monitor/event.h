@@ -28,6 +28,21 @@ struct Event {
   }
 };
 
+// Timestamps as whole microseconds since the Unix epoch, the precision every
+// face of the project (Python datetime, pickled state, sinks) keeps.
+inline int64_t toEpochMicros(
+    std::chrono::time_point<std::chrono::system_clock> t) noexcept {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             t.time_since_epoch())
+      .count();
+}
+inline std::chrono::time_point<std::chrono::system_clock> fromEpochMicros(
+    int64_t micros) noexcept {
+  return std::chrono::time_point<std::chrono::system_clock>(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::microseconds(micros)));
+}
+
 // Name of the events emitted when a Stat window closes (kept identical to
 // torch.monitor so handlers written for it keep matching).
 inline constexpr const char* kStatEventName = "torch.monitor.Stat";

@@ -158,6 +158,11 @@ class TORCH_MONITOR_API Stat {
   int64_t lastClosedWindowId_ = 0;
 };
 
+// Converts a window given in seconds (Python's convention) to the whole
+// milliseconds a Stat keeps, truncating; throws c10::ValueError for a
+// negative or non-finite value. The Stat constructor rejects < 1 ms.
+TORCH_MONITOR_API std::chrono::milliseconds windowFromSeconds(double seconds);
+
 extern template class Stat<double>;
 extern template class Stat<int64_t>;
 

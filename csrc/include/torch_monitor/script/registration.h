@@ -1,0 +1,10 @@
+#pragma once
+
+#include <torch/library.h>
+
+// The pieces of the one TORCH_LIBRARY(torch_monitor, m) block (in
+// script_library.cpp); classes must be defined before ops that take them.
+namespace torch_monitor::script {
+void registerStatClasses(torch::Library& m);
+void registerEventClassAndOps(torch::Library& m);
+} // namespace torch_monitor::script

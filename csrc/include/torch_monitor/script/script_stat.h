@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <torch/custom_class.h>
+
+#include <torch_monitor/stat.h>
+
+namespace torch_monitor::script {
+
+// The TorchScript face of Stat<T>: torch.classes.torch_monitor.Stat (double)
+// and torch.classes.torch_monitor.IntStat (int64). The Python binding wraps
+// the very same object, so scripted code and Python feed one window.
+// Thread safety: as Stat<T>; no concurrent call causes a data race.
+template <typename T>
+class ScriptStat : public torch::CustomClassHolder {
+ public:
+  // Pickled state; the version comes first so later layouts can be read.
+  using State = std::tuple<
+      int64_t, // version
+      std::string, // name
+      std::vector<int64_t>, // aggregations as ints, as given
+      int64_t, // window in ms
+      int64_t>; // max samples
+  static constexpr int64_t kStateVersion = 1;
+
+  ScriptStat(
+      std::string name,
+      std::vector<Aggregation> aggregations,
+      std::chrono::milliseconds window,
+      int64_t maxSamples)
+      : stat_(std::move(name), std::move(aggregations), window, maxSamples) {}
+
+  Stat<T>& stat() noexcept {
+    return stat_;
+  }
+
+  State state() const;
+  static c10::intrusive_ptr<ScriptStat> fromState(State state);
+
+ private:
+  Stat<T> stat_;
+};
+
+using ScriptDoubleStat = ScriptStat<double>;
+using ScriptIntStat = ScriptStat<int64_t>;
+
+} // namespace torch_monitor::script

@@ -1,0 +1,41 @@
+#pragma once
+
+// Shared pieces of the Python binding torch_monitor._C.
+
+#include <exception>
+
+#include <pybind11/pybind11.h>
+
+#include <torch_monitor/event.h>
+
+namespace torch_monitor::python {
+
+namespace py = pybind11;
+
+// Sets the Python error matching a C++ exception: c10's typed errors become
+// ValueError/TypeError/IndexError, other c10::Error RuntimeError without the
+// C++ backtrace. Used by the exception translator and by the raw CPython
+// methods that bypass pybind11.
+void setPythonError(const std::exception& e);
+
+// datetime <-> Event timestamps. Returned datetimes are naive local time (as
+// torch.monitor); aware inputs are converted through their tzinfo.
+py::object timestampToPython(int64_t epochMicros);
+int64_t timestampFromPython(py::handle datetime);
+
+// Event.data <-> dict. Unsupported values raise TypeError (or OverflowError
+// for ints outside int64) naming the key.
+py::dict dataToPython(const std::unordered_map<std::string, data_value_t>& data);
+std::unordered_map<std::string, data_value_t> dataFromPython(py::handle dict);
+
+// The Python object for an event handed to Python handlers: the caller's own
+// object when the event was logged from Python, a new Event otherwise.
+py::object eventToPython(const Event& event);
+
+void initAggregation(py::module_& m);
+void initEvent(py::module_& m);
+void initHandlers(py::module_& m);
+void initStats(py::module_& m);
+void initTesting(py::module_& m);
+
+} // namespace torch_monitor::python

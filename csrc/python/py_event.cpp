@@ -1,0 +1,241 @@
+#include "py_common.h"
+
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <sstream>
+
+#include <datetime.h>
+#include <pybind11/stl.h>
+
+#include <c10/util/Exception.h>
+
+#include <torch_monitor/aggregation.h>
+#include <torch_monitor/clock.h>
+
+namespace torch_monitor::python {
+namespace {
+
+void ensureDateTimeApi() {
+  if (PyDateTimeAPI == nullptr) {
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == nullptr) {
+      throw py::error_already_set();
+    }
+  }
+}
+
+data_value_t valueFromPython(const std::string& key, py::handle value) {
+  PyObject* v = value.ptr();
+  // bool first: it is a subclass of int, and torch.monitor wrongly turns it
+  // into 1.0/0.0.
+  if (PyBool_Check(v)) {
+    return v == Py_True;
+  }
+  if (PyLong_Check(v)) {
+    int overflow = 0;
+    const long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow != 0) {
+      PyErr_SetString(
+          PyExc_OverflowError,
+          ("Event data['" + key +
+           "'] does not fit in a 64-bit signed integer")
+              .c_str());
+      throw py::error_already_set();
+    }
+    return static_cast<int64_t>(i);
+  }
+  if (PyFloat_Check(v)) {
+    return PyFloat_AS_DOUBLE(v);
+  }
+  if (PyUnicode_Check(v)) {
+    return value.cast<std::string>();
+  }
+  // NumPy scalars and other registered numbers; tensors are not numbers.Real.
+  // Leaked on purpose: no Python object may be released after finalisation.
+  static auto* integral =
+      new py::object(py::module_::import("numbers").attr("Integral"));
+  static auto* real = new py::object(py::module_::import("numbers").attr("Real"));
+  const auto object = py::reinterpret_borrow<py::object>(value);
+  if (py::isinstance(value, *integral)) {
+    return valueFromPython(key, py::int_(object));
+  }
+  if (py::isinstance(value, *real)) {
+    return valueFromPython(key, py::float_(object));
+  }
+  throw py::type_error(
+      "Event data['" + key + "'] must be str, float, int or bool, got " +
+      std::string(Py_TYPE(v)->tp_name));
+}
+
+std::string reprOf(const data_value_t& value) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, std::string>) {
+          return py::repr(py::str(v)).template cast<std::string>();
+        } else if constexpr (std::is_same_v<V, bool>) {
+          return v ? "True" : "False";
+        } else {
+          return py::repr(py::cast(v)).template cast<std::string>();
+        }
+      },
+      value);
+}
+
+} // namespace
+
+py::object timestampToPython(int64_t epochMicros) {
+  ensureDateTimeApi();
+  // floor division, so times before 1970 work too
+  int64_t seconds = epochMicros / 1000000;
+  int64_t micros = epochMicros % 1000000;
+  if (micros < 0) {
+    micros += 1000000;
+    seconds -= 1;
+  }
+  const time_t t = static_cast<time_t>(seconds);
+  std::tm local{};
+  // localtime_r does not re-read the time zone on every call (localtime
+  // does when TZ is unset, which costs torch.monitor ~2 µs per event).
+  if (localtime_r(&t, &local) == nullptr) {
+    throw py::value_error("timestamp out of range");
+  }
+  PyObject* dt = PyDateTime_FromDateAndTime(
+      local.tm_year + 1900,
+      local.tm_mon + 1,
+      local.tm_mday,
+      local.tm_hour,
+      local.tm_min,
+      local.tm_sec,
+      static_cast<int>(micros));
+  if (dt == nullptr) {
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(dt);
+}
+
+int64_t timestampFromPython(py::handle datetime) {
+  ensureDateTimeApi();
+  if (!PyDateTime_Check(datetime.ptr())) {
+    throw py::type_error(
+        "Event timestamp must be a datetime.datetime, got " +
+        std::string(Py_TYPE(datetime.ptr())->tp_name));
+  }
+  // datetime.timestamp() treats a naive value as local time and honours the
+  // tzinfo of an aware one (torch.monitor ignores tzinfo).
+  const double seconds = datetime.attr("timestamp")().cast<double>();
+  return static_cast<int64_t>(std::llround(seconds * 1e6));
+}
+
+py::dict dataToPython(const std::unordered_map<std::string, data_value_t>& data) {
+  py::dict out;
+  for (const auto& [key, value] : data) {
+    out[py::str(key)] = std::visit([](const auto& v) { return py::cast(v); }, value);
+  }
+  return out;
+}
+
+std::unordered_map<std::string, data_value_t> dataFromPython(py::handle dict) {
+  if (!PyDict_Check(dict.ptr())) {
+    throw py::type_error(
+        "Event data must be a dict of str to str/float/int/bool, got " +
+        std::string(Py_TYPE(dict.ptr())->tp_name));
+  }
+  std::unordered_map<std::string, data_value_t> out;
+  for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(dict)) {
+    if (!PyUnicode_Check(key.ptr())) {
+      throw py::type_error(
+          "Event data keys must be str, got " +
+          std::string(Py_TYPE(key.ptr())->tp_name));
+    }
+    const std::string k = key.cast<std::string>();
+    out.emplace(k, valueFromPython(k, value));
+  }
+  return out;
+}
+
+void initAggregation(py::module_& m) {
+  py::enum_<Aggregation>(m, "Aggregation", "Windowed aggregations of a Stat")
+      .value("VALUE", Aggregation::VALUE)
+      .value("MEAN", Aggregation::MEAN)
+      .value("COUNT", Aggregation::COUNT)
+      .value("SUM", Aggregation::SUM)
+      .value("MAX", Aggregation::MAX)
+      .value("MIN", Aggregation::MIN)
+      .export_values();
+}
+
+void initEvent(py::module_& m) {
+  py::class_<Event>(m, "Event", "A named, timestamped record of data")
+      .def(
+          py::init([](std::string name, py::handle timestamp, py::handle data) {
+            Event event;
+            event.name = std::move(name);
+            event.timestamp = fromEpochMicros(timestampFromPython(timestamp));
+            event.data = dataFromPython(data);
+            return event;
+          }),
+          py::arg("name"),
+          py::arg("timestamp"),
+          py::arg("data"))
+      .def_readwrite("name", &Event::name)
+      .def_property(
+          "timestamp",
+          [](const Event& e) {
+            return timestampToPython(toEpochMicros(e.timestamp));
+          },
+          [](Event& e, py::handle t) {
+            e.timestamp = fromEpochMicros(timestampFromPython(t));
+          })
+      .def_property(
+          "data",
+          [](const Event& e) { return dataToPython(e.data); },
+          [](Event& e, py::handle d) { e.data = dataFromPython(d); },
+          "A copy of the event's data; assign a dict to replace it")
+      .def(
+          "__eq__",
+          [](const Event& a, py::handle b) -> py::object {
+            if (!py::isinstance<Event>(b)) {
+              return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+            }
+            return py::bool_(a == b.cast<const Event&>());
+          })
+      .def("__repr__", [](const Event& e) {
+        std::ostringstream out;
+        out << "Event(name=" << py::repr(py::str(e.name)).cast<std::string>()
+            << ", timestamp="
+            << py::repr(timestampToPython(toEpochMicros(e.timestamp)))
+                   .cast<std::string>()
+            << ", data={";
+        // keys sorted so the repr is stable
+        std::map<std::string, data_value_t> sorted(e.data.begin(), e.data.end());
+        const char* sep = "";
+        for (const auto& [key, value] : sorted) {
+          out << sep << py::repr(py::str(key)).cast<std::string>() << ": "
+              << reprOf(value);
+          sep = ", ";
+        }
+        out << "})";
+        return out.str();
+      });
+  // __eq__ without __hash__: events are mutable, so unhashable (as dicts).
+  m.attr("Event").attr("__hash__") = py::none();
+  m.attr("STAT_EVENT") = kStatEventName;
+}
+
+void initTesting(py::module_& m) {
+  m.def(
+      "_set_fake_monotonic_ms",
+      [](py::object ms) {
+        if (ms.is_none()) {
+          testing::clearFakeMonotonicClock();
+        } else {
+          testing::setFakeMonotonicMs(ms.cast<int64_t>());
+        }
+      },
+      py::arg("ms"),
+      "Drive every Stat's monotonic clock by hand (None: real clock again)");
+}
+
+} // namespace torch_monitor::python

@@ -1,0 +1,168 @@
+#include "py_common.h"
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include <torch_monitor/event_handler.h>
+
+namespace torch_monitor::python {
+namespace {
+
+bool interpreterIsUsable() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+// The event being logged from Python on this thread, so Python handlers get
+// the caller's own object rather than a copy.
+thread_local const Event* tlLoggedEvent = nullptr;
+thread_local PyObject* tlLoggedPyEvent = nullptr;
+
+// Marks, for the duration of a log_event call, which Python object is being
+// logged (restored on exit, so nested log_event calls work).
+class LoggedFromPython {
+ public:
+  LoggedFromPython(const Event& event, PyObject* pyEvent)
+      : outerEvent_(std::exchange(tlLoggedEvent, &event)),
+        outerPyEvent_(std::exchange(tlLoggedPyEvent, pyEvent)) {}
+  ~LoggedFromPython() {
+    tlLoggedEvent = outerEvent_;
+    tlLoggedPyEvent = outerPyEvent_;
+  }
+
+ private:
+  const Event* outerEvent_;
+  PyObject* outerPyEvent_;
+};
+
+// A Python callable registered as an event handler.
+// Thread safety: handle() may run on any thread; it takes the GIL itself.
+class PythonEventHandler : public EventHandler {
+ public:
+  explicit PythonEventHandler(py::object callable)
+      : callable_(std::move(callable)) {}
+
+  ~PythonEventHandler() override {
+    if (interpreterIsUsable()) {
+      py::gil_scoped_acquire gil;
+      callable_ = py::object();
+    } else {
+      callable_.release(); // the interpreter is gone; leak the reference
+    }
+  }
+
+  void handle(const Event& event) override {
+    // Stats destroyed during interpreter shutdown still log; Python can no
+    // longer run handlers then.
+    if (!interpreterIsUsable()) {
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    callable_(eventToPython(event));
+  }
+
+ private:
+  py::object callable_;
+};
+
+// Live Python handlers, so they can all be unregistered at interpreter exit
+// (before the interpreter can no longer run them).
+struct PythonHandlers {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<EventHandler>> handlers;
+};
+PythonHandlers& pythonHandlers() {
+  static auto* instance = new PythonHandlers();
+  return *instance;
+}
+
+// What register_event_handler returns; only unregister_event_handler uses it.
+struct EventHandlerHandle {
+  std::shared_ptr<EventHandler> handler;
+};
+
+} // namespace
+
+py::object eventToPython(const Event& event) {
+  if (&event == tlLoggedEvent) {
+    return py::reinterpret_borrow<py::object>(tlLoggedPyEvent);
+  }
+  return py::cast(event);
+}
+
+void initHandlers(py::module_& m) {
+  py::class_<EventHandlerHandle>(
+      m,
+      "EventHandlerHandle",
+      "Returned by register_event_handler; pass it to unregister_event_handler");
+
+  m.def(
+      "register_event_handler",
+      [](py::object callable) {
+        if (!PyCallable_Check(callable.ptr())) {
+          throw py::type_error(
+              "register_event_handler expects a callable taking one Event, "
+              "got " +
+              std::string(Py_TYPE(callable.ptr())->tp_name));
+        }
+        auto handler = std::make_shared<PythonEventHandler>(std::move(callable));
+        {
+          auto& registry = pythonHandlers();
+          std::lock_guard<std::mutex> guard(registry.mutex);
+          auto& list = registry.handlers;
+          list.erase(
+              std::remove_if(
+                  list.begin(),
+                  list.end(),
+                  [](const auto& weak) { return weak.expired(); }),
+              list.end());
+          registry.handlers.emplace_back(handler);
+        }
+        registerEventHandler(handler);
+        return EventHandlerHandle{std::move(handler)};
+      },
+      py::arg("callable"),
+      "Calls callable(event) for every logged event; returns a handle");
+
+  m.def(
+      "unregister_event_handler",
+      [](const EventHandlerHandle& handle) {
+        unregisterEventHandler(handle.handler);
+      },
+      py::arg("handle"),
+      "Removes a handler; an already removed handle is a no-op");
+
+  m.def(
+      "log_event",
+      [](py::object pyEvent) {
+        const Event& event = pyEvent.cast<const Event&>();
+        const LoggedFromPython scope(event, pyEvent.ptr());
+        logEvent(event);
+      },
+      py::arg("event"),
+      "Calls every registered handler with the event, in registration order");
+
+  m.def(
+      "_unregister_python_handlers",
+      [] {
+        std::vector<std::weak_ptr<EventHandler>> handlers;
+        {
+          auto& registry = pythonHandlers();
+          std::lock_guard<std::mutex> guard(registry.mutex);
+          handlers.swap(registry.handlers);
+        }
+        // Each PythonEventHandler is registered exactly once.
+        for (const auto& weak : handlers) {
+          if (auto handler = weak.lock()) {
+            unregisterEventHandler(handler);
+          }
+        }
+      },
+      "Unregisters every Python handler (called at interpreter exit)");
+}
+
+} // namespace torch_monitor::python

@@ -1,0 +1,121 @@
+#include <torch_monitor/script/script_event.h>
+
+#include <torch_monitor/event_handler.h>
+#include <torch_monitor/script/registration.h>
+
+namespace torch_monitor::script {
+namespace {
+
+template <typename V>
+void defineSetter(
+    torch::class_<ScriptEvent>& cls,
+    const char* method) {
+  cls.def(method, [](const c10::intrusive_ptr<ScriptEvent>& self,
+                     std::string key,
+                     V value) {
+    self->event().data[std::move(key)] = data_value_t(std::move(value));
+  });
+}
+
+} // namespace
+
+ScriptEvent::State ScriptEvent::state() const {
+  State s;
+  auto& [version, name, micros, keys, kinds, strings, doubles, ints] = s;
+  version = kStateVersion;
+  name = event_.name;
+  micros = toEpochMicros(event_.timestamp);
+  for (const auto& [key, value] : event_.data) {
+    keys.push_back(key);
+    kinds.push_back(static_cast<int64_t>(value.index()));
+    strings.push_back(
+        std::holds_alternative<std::string>(value) ? std::get<std::string>(value)
+                                                   : std::string());
+    doubles.push_back(
+        std::holds_alternative<double>(value) ? std::get<double>(value) : 0.0);
+    ints.push_back(
+        std::holds_alternative<int64_t>(value)
+            ? std::get<int64_t>(value)
+            : (std::holds_alternative<bool>(value) ? std::get<bool>(value) : 0));
+  }
+  return s;
+}
+
+c10::intrusive_ptr<ScriptEvent> ScriptEvent::fromState(State s) {
+  auto& [version, name, micros, keys, kinds, strings, doubles, ints] = s;
+  TORCH_CHECK(
+      version == kStateVersion,
+      "cannot load a torch_monitor Event saved with state version ",
+      version,
+      "; this build reads version ",
+      kStateVersion);
+  Event event;
+  event.name = std::move(name);
+  event.timestamp = fromEpochMicros(micros);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    data_value_t value;
+    switch (kinds[i]) {
+      case 0:
+        value = std::move(strings[i]);
+        break;
+      case 1:
+        value = doubles[i];
+        break;
+      case 2:
+        value = ints[i];
+        break;
+      default:
+        value = ints[i] != 0;
+        break;
+    }
+    event.data.emplace(std::move(keys[i]), std::move(value));
+  }
+  return c10::make_intrusive<ScriptEvent>(std::move(event));
+}
+
+void registerEventClassAndOps(torch::Library& m) {
+  auto cls = m.class_<ScriptEvent>("Event");
+  cls.def(
+         torch::init([](std::string name) {
+           Event event;
+           event.name = std::move(name);
+           event.timestamp = std::chrono::system_clock::now();
+           return c10::make_intrusive<ScriptEvent>(std::move(event));
+         }),
+         "Event(name): an event stamped with the current time",
+         {torch::arg("name")})
+      .def(
+          "name",
+          [](const c10::intrusive_ptr<ScriptEvent>& self) {
+            return self->event().name;
+          })
+      .def(
+          "timestamp_us",
+          [](const c10::intrusive_ptr<ScriptEvent>& self) {
+            return toEpochMicros(self->event().timestamp);
+          })
+      .def(
+          "set_timestamp_us",
+          [](const c10::intrusive_ptr<ScriptEvent>& self, int64_t micros) {
+            self->event().timestamp = fromEpochMicros(micros);
+          })
+      .def_pickle(
+          [](const c10::intrusive_ptr<ScriptEvent>& self) {
+            return self->state();
+          },
+          [](ScriptEvent::State state) {
+            return ScriptEvent::fromState(std::move(state));
+          });
+  defineSetter<double>(cls, "set_float");
+  defineSetter<int64_t>(cls, "set_int");
+  defineSetter<bool>(cls, "set_bool");
+  defineSetter<std::string>(cls, "set_str");
+
+  m.def(
+      "log_event(__torch__.torch.classes.torch_monitor.Event event) -> ()",
+      [](const c10::intrusive_ptr<ScriptEvent>& event) {
+        logEvent(event->event());
+      });
+}
+
+} // namespace torch_monitor::script

@@ -1,0 +1,8 @@
+#include <torch_monitor/script/registration.h>
+
+// The only TORCH_LIBRARY block of the project: loading libtorch_monitor.so
+// (torch.ops.load_library, dlopen, or linking it) registers everything.
+TORCH_LIBRARY(torch_monitor, m) {
+  torch_monitor::script::registerStatClasses(m);
+  torch_monitor::script::registerEventClassAndOps(m);
+}

@@ -1,0 +1,154 @@
+#include <torch_monitor/script/script_stat.h>
+
+#include <torch_monitor/script/registration.h>
+
+namespace torch_monitor::script {
+namespace {
+
+Aggregation aggregationFromIValue(const c10::IValue& v) {
+  if (v.isString()) {
+    return aggregationFromName(v.toStringRef());
+  }
+  TORCH_CHECK_TYPE(
+      v.isInt(),
+      "aggregations must be names (e.g. 'mean') or ints 1..6, got ",
+      v.tagKind());
+  return aggregationFromInt(v.toInt());
+}
+
+// TorchScript has no overloads, so the constructor takes `Any` and accepts a
+// list of names or ints, or a single one.
+std::vector<Aggregation> aggregationsFromIValue(const c10::IValue& v) {
+  std::vector<Aggregation> out;
+  if (v.isList()) {
+    for (const c10::IValue& item : v.toListRef()) {
+      out.push_back(aggregationFromIValue(item));
+    }
+  } else {
+    out.push_back(aggregationFromIValue(v));
+  }
+  return out;
+}
+
+std::chrono::milliseconds windowFromIValue(const c10::IValue& v) {
+  TORCH_CHECK_TYPE(
+      v.isDouble() || v.isInt(),
+      "window_size must be a number of seconds (float or int), got ",
+      v.tagKind());
+  return windowFromSeconds(v.isDouble() ? v.toDouble() : double(v.toInt()));
+}
+
+template <typename T>
+void defineStatClass(torch::Library& m, const char* className) {
+  using Holder = ScriptStat<T>;
+  m.class_<Holder>(className)
+      .def(
+          torch::init([](std::string name,
+                         c10::IValue aggregations,
+                         c10::IValue windowSize,
+                         int64_t maxSamples) {
+            return c10::make_intrusive<Holder>(
+                std::move(name),
+                aggregationsFromIValue(aggregations),
+                windowFromIValue(windowSize),
+                maxSamples);
+          }),
+          "Stat(name, aggregations, window_size_seconds, max_samples)",
+          {torch::arg("name"),
+           torch::arg("aggregations"),
+           torch::arg("window_size"),
+           torch::arg("max_samples") = Stat<T>::kUnlimitedSamples})
+      .def("add", [](const c10::intrusive_ptr<Holder>& self, T v) {
+        self->stat().add(v);
+      })
+      .def(
+          "get",
+          [](const c10::intrusive_ptr<Holder>& self) {
+            c10::Dict<std::string, T> out;
+            for (const auto& [aggregation, value] : self->stat().get()) {
+              out.insert(aggregationName(aggregation), value);
+            }
+            return out;
+          })
+      .def(
+          "count",
+          [](const c10::intrusive_ptr<Holder>& self) {
+            return self->stat().count();
+          })
+      .def(
+          "name",
+          [](const c10::intrusive_ptr<Holder>& self) {
+            return self->stat().name();
+          })
+      .def(
+          "window_size_ms",
+          [](const c10::intrusive_ptr<Holder>& self) -> int64_t {
+            return self->stat().windowSize().count();
+          })
+      .def(
+          "max_samples",
+          [](const c10::intrusive_ptr<Holder>& self) {
+            return self->stat().maxSamples();
+          })
+      .def(
+          "aggregations",
+          [](const c10::intrusive_ptr<Holder>& self) {
+            std::vector<std::string> names;
+            for (Aggregation a : self->stat().aggregations()) {
+              names.emplace_back(aggregationName(a));
+            }
+            return names;
+          })
+      .def_pickle(
+          [](const c10::intrusive_ptr<Holder>& self) { return self->state(); },
+          [](typename Holder::State state) {
+            return Holder::fromState(std::move(state));
+          });
+}
+
+} // namespace
+
+template <typename T>
+typename ScriptStat<T>::State ScriptStat<T>::state() const {
+  std::vector<int64_t> aggregations;
+  for (Aggregation a : stat_.aggregations()) {
+    aggregations.push_back(static_cast<int64_t>(a));
+  }
+  return State(
+      kStateVersion,
+      stat_.name(),
+      std::move(aggregations),
+      stat_.windowSize().count(),
+      stat_.maxSamples());
+}
+
+template <typename T>
+c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(State state) {
+  auto& [version, name, aggregationInts, windowMs, maxSamples] = state;
+  TORCH_CHECK(
+      version == kStateVersion,
+      "cannot load a torch_monitor Stat saved with state version ",
+      version,
+      "; this build reads version ",
+      kStateVersion,
+      ". Load the model with the torch_monitor release that saved it.");
+  std::vector<Aggregation> aggregations;
+  for (int64_t a : aggregationInts) {
+    aggregations.push_back(aggregationFromInt(a));
+  }
+  return c10::make_intrusive<ScriptStat<T>>(
+      std::move(name),
+      std::move(aggregations),
+      std::chrono::milliseconds(windowMs),
+      maxSamples);
+}
+
+template class ScriptStat<double>;
+template class ScriptStat<int64_t>;
+
+void registerStatClasses(torch::Library& m) {
+  defineStatClass<double>(m, "Stat");
+  defineStatClass<int64_t>(m, "IntStat");
+}
+
+} // namespace torch_monitor::script

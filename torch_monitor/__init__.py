@@ -1,0 +1,75 @@
+"""torch_monitor: torch.monitor's Stat, Event and handlers, re-implemented in C++.
+
+A drop-in for ``torch.monitor`` (``import torch_monitor as monitor``) whose
+objects also work inside TorchScript and from C++ LibTorch programs. Importing
+the package loads ``libtorch_monitor.so`` with ``torch.ops.load_library``,
+which registers ``torch.classes.torch_monitor.*`` and
+``torch.ops.torch_monitor.*``.
+"""
+
+import atexit as _atexit
+import os as _os
+from typing import Union as _Union
+
+import torch as _torch
+
+_HERE = _os.path.dirname(_os.path.abspath(__file__))
+
+#: Path of the core library (for ``torch.ops.load_library`` in other
+#: processes, or to link C++ programs against).
+library_path = _os.path.join(_HERE, "lib", "libtorch_monitor.so")
+#: Prefix for CMake's ``find_package(TorchMonitor)`` (like
+#: ``torch.utils.cmake_prefix_path``).
+cmake_prefix_path = _os.path.join(_HERE, "lib", "cmake")
+
+_torch.ops.load_library(library_path)
+
+from . import _C  # noqa: E402  (needs the library loaded first)
+from ._C import (  # noqa: E402
+    COUNT,
+    MAX,
+    MEAN,
+    MIN,
+    STAT_EVENT,
+    SUM,
+    VALUE,
+    Aggregation,
+    Event,
+    EventHandlerHandle,
+    IntStat,
+    Stat,
+    log_event,
+    register_event_handler,
+    unregister_event_handler,
+)
+from .tensorboard_handler import TensorboardEventHandler  # noqa: E402
+
+#: The value types an Event's data may hold.
+data_value_t = _Union[str, float, int, bool]
+
+# Python handlers must be gone before the interpreter is: a Stat destroyed
+# later (a C++ static, a TorchScript module freed at exit) would otherwise call
+# into a finalised interpreter.
+_atexit.register(_C._unregister_python_handlers)
+
+__all__ = [
+    "Aggregation",
+    "VALUE",
+    "MEAN",
+    "COUNT",
+    "SUM",
+    "MAX",
+    "MIN",
+    "Stat",
+    "IntStat",
+    "Event",
+    "EventHandlerHandle",
+    "data_value_t",
+    "log_event",
+    "register_event_handler",
+    "unregister_event_handler",
+    "TensorboardEventHandler",
+    "STAT_EVENT",
+    "library_path",
+    "cmake_prefix_path",
+]
