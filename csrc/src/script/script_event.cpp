@@ -111,8 +111,12 @@ void registerEventClassAndOps(torch::Library& m) {
   defineSetter<bool>(cls, "set_bool");
   defineSetter<std::string>(cls, "set_str");
 
+  // CONSERVATIVE: the op returns nothing, and the JIT would otherwise treat
+  // it as pure and eliminate it as dead code.
   m.def(
-      "log_event(__torch__.torch.classes.torch_monitor.Event event) -> ()",
+      torch::schema(
+          "log_event(__torch__.torch.classes.torch_monitor.Event event) -> ()",
+          c10::AliasAnalysisKind::CONSERVATIVE),
       [](const c10::intrusive_ptr<ScriptEvent>& event) {
         logEvent(event->event());
       });

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# README command 2: installs what is missing, builds everything with the C++
+# tests, then runs every test (ctest, then pytest). Exits non-zero if any fails.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/install_deps.sh
+set +e
+TORCH_MONITOR_CMAKE_ARGS="-DTORCH_MONITOR_BUILD_TESTS=ON -DTORCH_MONITOR_BUILD_BENCHMARKS=ON ${TORCH_MONITOR_CMAKE_ARGS:-}" \
+  bash scripts/build.sh || exit 1
+
+echo "== C++ tests (ctest)"
+ctest --test-dir build/cmake --output-on-failure -j2
+cpp_status=$?
+
+echo "== Python tests (pytest)"
+# -P keeps the repo root off sys.path, so the installed package is imported,
+# not the source folder (which has no compiled parts).
+"$PYTHON" -P -m pytest -q -p no:cacheprovider test/python
+py_status=$?
+
+echo "== summary: ctest exit $cpp_status, pytest exit $py_status"
+[ "$cpp_status" -eq 0 ] && [ "$py_status" -eq 0 ]
