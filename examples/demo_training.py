@@ -1,0 +1,109 @@
+"""The demo job: a short training run monitored with torch_monitor.
+
+Trains a small MLP on synthetic regression data for a few hundred steps on the
+CPU. Stats aggregate the loss and the gradient norm over 0.1 s windows;
+every closed window becomes a TensorBoard point (the handler numbers the
+points of each tag 0, 1, 2, ...), and a summary table is printed at the end.
+
+    python examples/demo_training.py [--steps 1500] [--window 0.1] [--logdir runs]
+"""
+
+import argparse
+import datetime
+import os
+import sys
+import time
+
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+import torch_monitor as monitor
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--window", type=float, default=0.1, help="seconds")
+    parser.add_argument("--logdir", default="runs")
+    return parser.parse_args()
+
+
+def make_data(n=4096, features=16, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=generator)
+    true_w = torch.randn(features, 1, generator=generator)
+    y = torch.sin(x @ true_w) + 0.05 * torch.randn(n, 1, generator=generator)
+    return x, y
+
+
+def progress(step, total, loss, width=30):
+    done = int(width * step / total)
+    sys.stdout.write(f"\r  [{'#' * done}{'.' * (width - done)}] step {step}/{total}  loss {loss:.4f}")
+    sys.stdout.flush()
+
+
+def summary_table(events):
+    """One row per tag: number of points, first, last, min and max value."""
+    series = {}
+    for event in events:
+        for tag, value in event.data.items():
+            series.setdefault(tag, []).append(value)
+    header = f"{'tag':<18}{'points':>7}{'first':>11}{'last':>11}{'min':>11}{'max':>11}"
+    lines = [header, "-" * len(header)]
+    for tag in sorted(series):
+        values = series[tag]
+        lines.append(
+            f"{tag:<18}{len(values):>7}{values[0]:>11.4f}{values[-1]:>11.4f}"
+            f"{min(values):>11.4f}{max(values):>11.4f}"
+        )
+    return "\n".join(lines)
+
+
+def main():
+    args = parse_args()
+    torch.manual_seed(0)
+    run_dir = os.path.join(args.logdir, "demo-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    writer = SummaryWriter(run_dir)
+
+    received = []
+    handles = [
+        monitor.register_event_handler(monitor.TensorboardEventHandler(writer)),
+        monitor.register_event_handler(received.append),
+    ]
+    window = datetime.timedelta(seconds=args.window)
+    loss_stat = monitor.Stat("loss", [monitor.MEAN, monitor.MIN, monitor.MAX], window)
+    grad_stat = monitor.Stat("grad_norm", [monitor.MEAN, monitor.MAX], window)
+
+    x, y = make_data()
+    model = torch.nn.Sequential(torch.nn.Linear(16, 256), torch.nn.Tanh(), torch.nn.Linear(256, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    print(f"torch_monitor demo: {args.steps} steps, TensorBoard files in {run_dir}")
+    start = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        batch = torch.randint(0, x.shape[0], (512,))
+        loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+        optimizer.step()
+        loss_stat.add(loss.item())
+        grad_stat.add(grad_norm.item())
+        if step % 20 == 0 or step == args.steps:
+            progress(step, args.steps, loss.item())
+    elapsed = time.perf_counter() - start
+    print()
+
+    del loss_stat, grad_stat  # flushes any partly filled window
+    for handle in handles:
+        monitor.unregister_event_handler(handle)
+    writer.close()
+
+    stat_events = [e for e in received if e.name == monitor.STAT_EVENT]
+    print(f"\nTrained {args.steps} steps in {elapsed:.1f} s; {len(stat_events)} stat windows logged.\n")
+    print(summary_table(stat_events))
+    print(f"\nSee the curves with:  tensorboard --logdir {args.logdir}")
+
+
+if __name__ == "__main__":
+    main()
