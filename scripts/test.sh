@@ -15,7 +15,7 @@ cpp_status=$?
 echo "== Python tests (pytest)"
 # -P keeps the repo root off sys.path, so the installed package is imported,
 # not the source folder (which has no compiled parts).
-"$PYTHON" -P -m pytest -q -p no:cacheprovider test/python
+TORCH_MONITOR_REQUIRE=1 "$PYTHON" -P -m pytest -q -p no:cacheprovider test/python
 py_status=$?
 
 echo "== summary: ctest exit $cpp_status, pytest exit $py_status"

@@ -124,8 +124,16 @@ int64_t timestampFromPython(py::handle datetime) {
   }
   // datetime.timestamp() treats a naive value as local time and honours the
   // tzinfo of an aware one (torch.monitor ignores tzinfo).
-  const double seconds = datetime.attr("timestamp")().cast<double>();
-  return static_cast<int64_t>(std::llround(seconds * 1e6));
+  // An interned name hits CPython's method cache (a fresh str each call did
+  // not). Leaked on purpose, like every object that must outlive finalisation.
+  static PyObject* timestampName = PyUnicode_InternFromString("timestamp");
+  PyObject* seconds = PyObject_CallMethodNoArgs(datetime.ptr(), timestampName);
+  if (seconds == nullptr) {
+    throw py::error_already_set();
+  }
+  const double value = PyFloat_AsDouble(seconds);
+  Py_DECREF(seconds);
+  return static_cast<int64_t>(std::llround(value * 1e6));
 }
 
 py::dict dataToPython(const std::unordered_map<std::string, data_value_t>& data) {

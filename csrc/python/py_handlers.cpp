@@ -139,6 +139,11 @@ void initHandlers(py::module_& m) {
   m.def(
       "log_event",
       [](py::object pyEvent) {
+        if (!py::isinstance<Event>(pyEvent)) {
+          throw py::type_error(
+              "log_event expects a torch_monitor.Event, got " +
+              std::string(Py_TYPE(pyEvent.ptr())->tp_name));
+        }
         const Event& event = pyEvent.cast<const Event&>();
         const LoggedFromPython scope(event, pyEvent.ptr());
         logEvent(event);
