@@ -14,9 +14,9 @@ bool coarseClockIsPreciseEnough(int64_t windowMs) noexcept {
     }
     return int64_t(res.tv_sec) * 1000000000 + res.tv_nsec;
   }();
-  // resolution <= 1% of the window, computed without overflow.
-  return resolutionNs / 10000 <= windowMs &&
-      resolutionNs <= windowMs * int64_t(10000);
+  // resolution <= 1% of the window, i.e. windowMs >= resolutionNs / 10^4
+  // rounded up (dividing, since multiplying a huge window would overflow).
+  return windowMs >= (resolutionNs + 9999) / 10000;
 }
 
 namespace testing {

@@ -110,13 +110,14 @@ void Stat<T>::addToNewOrSharedShard(int slot, T v, int64_t now) {
 }
 
 template <typename T>
-void Stat<T>::addCapped(T v, int64_t now) {
+void Stat<T>::addCapped(T v) {
   // torch::monitor's state machine: a window that reached maxSamples is closed
   // at once and later samples of that window are discarded; the first add of
   // a later window then closes the (empty) discarded window.
   ClosedWindow closed[2];
   {
     std::lock_guard<std::mutex> guard(mutex_);
+    const int64_t now = monotonicMs(clock_);
     const int64_t windowId = windowIdAt(now);
     const auto closeCurrent = [&](ClosedWindow& out) {
       out = closeLocked(current_);

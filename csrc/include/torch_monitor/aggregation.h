@@ -4,6 +4,9 @@
 #include <string_view>
 #include <vector>
 
+// The API throws c10::ValueError / c10::TypeError; callers can catch them.
+#include <c10/util/Exception.h>
+
 #include <torch_monitor/export.h>
 
 namespace torch_monitor {

@@ -39,8 +39,9 @@ class TORCH_MONITOR_API Stat {
   static constexpr int64_t kUnlimitedSamples =
       std::numeric_limits<int64_t>::max();
 
-  // Throws c10::ValueError for a window under 1 ms, maxSamples < 1, an empty
-  // or invalid aggregation list.
+  // Throws c10::ValueError for a window under 1 ms, maxSamples < 1 or an
+  // invalid aggregation. An empty list is accepted (as torch::monitor does):
+  // its windows log events without data.
   Stat(
       std::string name,
       std::initializer_list<Aggregation> aggregations,
@@ -68,11 +69,13 @@ class TORCH_MONITOR_API Stat {
   // if it has ended. The sample is added even when a handler of the closing
   // event throws; that exception then propagates after every handler ran.
   void add(T v) {
-    const int64_t now = monotonicMs(clock_);
     if (capped_) {
-      addCapped(v, now);
-    } else if (__builtin_expect(
-                   now >= windowEndMs_.load(std::memory_order_acquire), 0)) {
+      addCapped(v);
+      return;
+    }
+    const int64_t now = monotonicMs(clock_);
+    if (__builtin_expect(
+            now >= windowEndMs_.load(std::memory_order_acquire), 0)) {
       addAfterRollOver(v, now);
     } else {
       addSharded(v, now);
@@ -120,7 +123,9 @@ class TORCH_MONITOR_API Stat {
   }
   void addAfterRollOver(T v, int64_t now);
   void addToNewOrSharedShard(int slot, T v, int64_t now);
-  void addCapped(T v, int64_t now);
+  // Reads the clock under the mutex: a reading taken before it could be
+  // older than a window another thread has opened meanwhile.
+  void addCapped(T v);
   // Collects every shard's share of the open window (callers hold mutex_).
   detail::Accumulator<T> harvest(bool reset) const;
   // Makes `closed` the previous window; returns it for emission outside the

@@ -1,0 +1,221 @@
+#pragma once
+
+// Shared helpers of the C++ tests: a recording EventHandler, RAII guards for
+// the process-global handler registry and the fake monotonic clock, a latch,
+// and helpers to read event values and check c10::ValueError messages.
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <torch_monitor/torch_monitor.h>
+
+namespace torch_monitor::test {
+
+// Records every event it receives. Thread-safe: handlers run on whichever
+// thread logs.
+class RecordingHandler : public EventHandler {
+ public:
+  void handle(const Event& event) override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    events_.push_back(event);
+  }
+
+  std::vector<Event> events() const {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return events_;
+  }
+  // Only the events named `name` (e.g. kStatEventName).
+  std::vector<Event> eventsNamed(const std::string& name) const {
+    std::lock_guard<std::mutex> guard(mutex_);
+    std::vector<Event> out;
+    for (const Event& e : events_) {
+      if (e.name == name) {
+        out.push_back(e);
+      }
+    }
+    return out;
+  }
+  std::vector<Event> statEvents() const {
+    return eventsNamed(kStatEventName);
+  }
+  size_t size() const {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return events_.size();
+  }
+  void clear() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    events_.clear();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<Event> events_;
+};
+
+// Runs a callable for each event (for handlers that do something unusual).
+class FunctionHandler : public EventHandler {
+ public:
+  explicit FunctionHandler(std::function<void(const Event&)> fn)
+      : fn_(std::move(fn)) {}
+  void handle(const Event& event) override {
+    fn_(event);
+  }
+
+ private:
+  std::function<void(const Event&)> fn_;
+};
+
+// Registers a handler for the guard's lifetime. The registry is
+// process-global: every test must leave it as it found it, also when an
+// assertion fails half-way.
+class ScopedHandler {
+ public:
+  explicit ScopedHandler(std::shared_ptr<EventHandler> handler)
+      : handler_(std::move(handler)) {
+    registerEventHandler(handler_);
+  }
+  ~ScopedHandler() {
+    if (handler_ != nullptr) {
+      unregisterEventHandler(handler_);
+    }
+  }
+  ScopedHandler(const ScopedHandler&) = delete;
+  ScopedHandler& operator=(const ScopedHandler&) = delete;
+
+  // Unregisters now (the destructor then does nothing).
+  void release() {
+    if (handler_ != nullptr) {
+      unregisterEventHandler(handler_);
+      handler_.reset();
+    }
+  }
+
+ private:
+  std::shared_ptr<EventHandler> handler_;
+};
+
+// A recording handler registered for the scope.
+struct ScopedRecorder {
+  std::shared_ptr<RecordingHandler> handler =
+      std::make_shared<RecordingHandler>();
+  ScopedHandler registration{handler};
+
+  RecordingHandler* operator->() const {
+    return handler.get();
+  }
+};
+
+// Replaces the monotonic clock of every Stat by a fake one for the scope.
+class FakeClock {
+ public:
+  explicit FakeClock(int64_t ms = 0) : now_(ms) {
+    testing::setFakeMonotonicMs(ms);
+  }
+  ~FakeClock() {
+    testing::clearFakeMonotonicClock();
+  }
+  FakeClock(const FakeClock&) = delete;
+  FakeClock& operator=(const FakeClock&) = delete;
+
+  void set(int64_t ms) {
+    now_ = ms;
+    testing::setFakeMonotonicMs(ms);
+  }
+  void advance(int64_t ms) {
+    set(now_ + ms);
+  }
+  int64_t now() const {
+    return now_;
+  }
+
+ private:
+  int64_t now_;
+};
+
+// One-shot countdown latch (C++17 has no std::latch).
+class Latch {
+ public:
+  explicit Latch(int64_t count) : count_(count) {}
+  void countDown() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (--count_ <= 0) {
+      cv_.notify_all();
+    }
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return count_ <= 0; });
+  }
+  void arriveAndWait() {
+    countDown();
+    wait();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int64_t count_;
+};
+
+// The value of `key` in `event`, which must hold a T (double or int64_t).
+template <typename T>
+T valueOf(const Event& event, const std::string& key) {
+  const auto it = event.data.find(key);
+  if (it == event.data.end()) {
+    ADD_FAILURE() << "event '" << event.name << "' has no key '" << key << "'";
+    return T();
+  }
+  if (!std::holds_alternative<T>(it->second)) {
+    ADD_FAILURE() << "key '" << key << "' holds variant alternative "
+                  << it->second.index() << ", not the expected type";
+    return T();
+  }
+  return std::get<T>(it->second);
+}
+
+// The sorted keys of an event.
+inline std::vector<std::string> keysOf(const Event& event) {
+  std::vector<std::string> keys;
+  for (const auto& kv : event.data) {
+    keys.push_back(kv.first);
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+// Runs `fn`, expects a c10::ValueError whose message contains every one of
+// `fragments`.
+inline void expectValueError(
+    const std::function<void()>& fn,
+    std::initializer_list<std::string> fragments) {
+  try {
+    fn();
+  } catch (const c10::ValueError& e) {
+    const std::string msg = e.what_without_backtrace();
+    for (const std::string& fragment : fragments) {
+      EXPECT_NE(msg.find(fragment), std::string::npos)
+          << "ValueError message '" << msg << "' lacks '" << fragment << "'";
+    }
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected c10::ValueError, got another exception: "
+                  << e.what();
+    return;
+  }
+  ADD_FAILURE() << "expected c10::ValueError, nothing was thrown";
+}
+
+} // namespace torch_monitor::test
