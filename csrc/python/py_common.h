@@ -36,6 +36,8 @@ void initAggregation(py::module_& m);
 void initEvent(py::module_& m);
 void initHandlers(py::module_& m);
 void initStats(py::module_& m);
+void initReducers(py::module_& m);
+void initMonitors(py::module_& m);
 void initTesting(py::module_& m);
 
 } // namespace torch_monitor::python

@@ -5,4 +5,6 @@
 TORCH_LIBRARY(torch_monitor, m) {
   torch_monitor::script::registerStatClasses(m);
   torch_monitor::script::registerEventClassAndOps(m);
+  torch_monitor::script::registerReducerClasses(m);
+  torch_monitor::script::registerMonitorClasses(m);
 }

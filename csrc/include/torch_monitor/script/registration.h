@@ -7,4 +7,6 @@
 namespace torch_monitor::script {
 void registerStatClasses(torch::Library& m);
 void registerEventClassAndOps(torch::Library& m);
+void registerReducerClasses(torch::Library& m);
+void registerMonitorClasses(torch::Library& m); // after reducers: takes them
 } // namespace torch_monitor::script

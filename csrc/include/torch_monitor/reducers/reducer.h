@@ -1,0 +1,39 @@
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include <torch_monitor/export.h>
+
+namespace torch_monitor {
+
+// What a monitor feeds: folds the inputs of each step into a state and keeps
+// a history of the last states in tensors (on the CPU or CUDA).
+// Thread safety: none; feed and read a reducer from one thread at a time
+// (module hooks run on the thread calling forward()).
+class TORCH_MONITOR_API Reducer {
+ public:
+  virtual ~Reducer();
+
+  // One step: folds `inputs` (and the previous state) into a new state and
+  // appends it to the history.
+  virtual void forward(const std::vector<at::Tensor>& inputs) = 0;
+  // The newest state; nullopt before the first step.
+  virtual std::optional<at::Tensor> peek() const = 0;
+  // Every stored state, newest first along dim 0; nullopt before the first
+  // step.
+  virtual std::optional<at::Tensor> dump() const = 0;
+  // The state `time` before the newest one, interpolated between stored
+  // states. `time` is a 0-dim tensor (one time for all elements) or a tensor
+  // of times per element (optionally with a trailing dimension of several
+  // times). nullopt before the first step.
+  virtual std::optional<at::Tensor> view(
+      const at::Tensor& time,
+      double tolerance = 1e-7) const = 0;
+  // Back to the initial state; `keepshape` keeps the storage allocated.
+  virtual void clear(bool keepshape = false) = 0;
+};
+
+} // namespace torch_monitor
