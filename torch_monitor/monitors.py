@@ -1,0 +1,3 @@
+"""Monitors: module hooks that feed reducers (inferno-compatible)."""
+
+__all__ = []

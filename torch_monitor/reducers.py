@@ -1,0 +1,3 @@
+"""Reducers: tensor histories fed by monitors (inferno-compatible)."""
+
+__all__ = []
