@@ -12,11 +12,18 @@ echo "== C++ tests (ctest)"
 ctest --test-dir build/cmake --output-on-failure -j2
 cpp_status=$?
 
+echo "== C++ tests again under AddressSanitizer + UndefinedBehaviorSanitizer (ctest)"
+cmake -S . -B build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DTORCH_MONITOR_BUILD_TESTS=ON -DTORCH_MONITOR_SANITIZE=address,undefined >/dev/null &&
+  cmake --build build/sanitize -j2 >/dev/null &&
+  ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build/sanitize --output-on-failure -j2
+sanitize_status=$?
+
 echo "== Python tests (pytest)"
 # -P keeps the repo root off sys.path, so the installed package is imported,
 # not the source folder (which has no compiled parts).
 TORCH_MONITOR_REQUIRE=1 "$PYTHON" -P -m pytest -q -p no:cacheprovider test/python
 py_status=$?
 
-echo "== summary: ctest exit $cpp_status, pytest exit $py_status"
-[ "$cpp_status" -eq 0 ] && [ "$py_status" -eq 0 ]
+echo "== summary: ctest exit $cpp_status, sanitized ctest exit $sanitize_status, pytest exit $py_status"
+[ "$cpp_status" -eq 0 ] && [ "$sanitize_status" -eq 0 ] && [ "$py_status" -eq 0 ]
