@@ -1,9 +1,13 @@
 """The demo job: a short training run monitored with torch_monitor.
 
-Trains a small MLP on synthetic regression data for a few hundred steps on the
-CPU. Stats aggregate the loss and the gradient norm over 0.1 s windows;
-every closed window becomes a TensorBoard point (the handler numbers the
-points of each tag 0, 1, 2, ...), and a summary table is printed at the end.
+Trains a small MLP on synthetic regression data on the CPU. Stats aggregate
+the loss, the gradient norm and the first layer's weight-update ratio
+||dW|| / ||W|| over 0.1 s windows. The update ratio comes from a
+DifferenceMonitor: the optimizer step runs inside an "updater" module's
+forward(), and the monitor records how the layer's weight changed across it.
+Every closed window becomes a point in TensorBoard files written by the native
+writer (points of each tag numbered 0, 1, 2, ...), and a summary table is
+printed at the end.
 
     python examples/demo_training.py [--steps 1500] [--window 0.1] [--logdir runs]
 """
@@ -15,7 +19,6 @@ import sys
 import time
 
 import torch
-from torch.utils.tensorboard import SummaryWriter
 
 import torch_monitor as monitor
 
@@ -34,6 +37,19 @@ def make_data(n=4096, features=16, seed=0):
     true_w = torch.randn(features, 1, generator=generator)
     y = torch.sin(x @ true_w) + 0.05 * torch.randn(n, 1, generator=generator)
     return x, y
+
+
+class Updater(torch.nn.Module):
+    """Runs one optimizer step in forward(), so a DifferenceMonitor on
+    "model.<layer>.weight" sees the weight before and after the update."""
+
+    def __init__(self, model, optimizer):
+        super().__init__()
+        self.model = model
+        self.optimizer = optimizer
+
+    def forward(self):
+        self.optimizer.step()
 
 
 def progress(step, total, loss, width=30):
@@ -63,20 +79,26 @@ def main():
     args = parse_args()
     torch.manual_seed(0)
     run_dir = os.path.join(args.logdir, "demo-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
-    writer = SummaryWriter(run_dir)
+    writer = monitor.TensorBoardWriter(run_dir)
 
     received = []
     handles = [
-        monitor.register_event_handler(monitor.TensorboardEventHandler(writer)),
+        monitor.register_event_handler(writer),
         monitor.register_event_handler(received.append),
     ]
     window = datetime.timedelta(seconds=args.window)
     loss_stat = monitor.Stat("loss", [monitor.MEAN, monitor.MIN, monitor.MAX], window)
     grad_stat = monitor.Stat("grad_norm", [monitor.MEAN, monitor.MAX], window)
+    ratio_stat = monitor.Stat("update_ratio", [monitor.MEAN, monitor.MAX], window)
 
     x, y = make_data()
     model = torch.nn.Sequential(torch.nn.Linear(16, 256), torch.nn.Tanh(), torch.nn.Linear(256, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    updater = Updater(model, optimizer)
+    # PassthroughReducer keeps the last 10 weight differences (dt = 1 step).
+    weight_change = monitor.DifferenceMonitor(
+        monitor.PassthroughReducer(1.0, duration=9.0), "model.0.weight", updater
+    )
 
     print(f"torch_monitor demo: {args.steps} steps, TensorBoard files in {run_dir}")
     start = time.perf_counter()
@@ -86,15 +108,18 @@ def main():
         optimizer.zero_grad()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
-        optimizer.step()
+        updater()  # optimizer.step(), watched by weight_change
         loss_stat.add(loss.item())
         grad_stat.add(grad_norm.item())
+        ratio_stat.add((weight_change.peek().norm() / model[0].weight.norm()).item())
         if step % 20 == 0 or step == args.steps:
             progress(step, args.steps, loss.item())
     elapsed = time.perf_counter() - start
     print()
 
-    del loss_stat, grad_stat  # flushes any partly filled window
+    last_changes = weight_change.dump()  # newest first, one row per step
+    weight_change.deregister()
+    del loss_stat, grad_stat, ratio_stat  # flushes any partly filled window
     for handle in handles:
         monitor.unregister_event_handler(handle)
     writer.close()
@@ -102,6 +127,8 @@ def main():
     stat_events = [e for e in received if e.name == monitor.STAT_EVENT]
     print(f"\nTrained {args.steps} steps in {elapsed:.1f} s; {len(stat_events)} stat windows logged.\n")
     print(summary_table(stat_events))
+    norms = ", ".join(f"{v:.4f}" for v in last_changes.flatten(1).norm(dim=1).tolist()[:5])
+    print(f"\n||dW|| of layer 0 over the last 5 steps (newest first): {norms}")
     print(f"\nSee the curves with:  tensorboard --logdir {args.logdir}")
 
 

@@ -22,4 +22,5 @@ fi
 echo "== pip install (pinned)"
 "$PYTHON" -m pip install -q --disable-pip-version-check \
   torch==2.13.0 numpy==2.4.6 tensorboard==2.21.0 pytest==9.0.3 \
+  inferno-ai==0.0.5 einops==0.8.2 \
   setuptools wheel 2>&1 | grep -v "Running pip as the 'root' user" || true

@@ -47,6 +47,8 @@ from .reducers import *  # noqa: E402,F401,F403
 from .reducers import __all__ as _reducers_all  # noqa: E402
 from .monitors import *  # noqa: E402,F401,F403
 from .monitors import __all__ as _monitors_all  # noqa: E402
+from .sinks import *  # noqa: E402,F401,F403
+from .sinks import __all__ as _sinks_all  # noqa: E402
 
 #: The value types an Event's data may hold.
 data_value_t = _Union[str, float, int, bool]
@@ -76,4 +78,4 @@ __all__ = [
     "STAT_EVENT",
     "library_path",
     "cmake_prefix_path",
-] + _reducers_all + _monitors_all
+] + _reducers_all + _monitors_all + _sinks_all

@@ -44,4 +44,5 @@ PYBIND11_MODULE(_C, m) {
   tp::initReducers(m);
   tp::initMonitors(m);
   tp::initTesting(m);
+  tp::initSinks(m);
 }

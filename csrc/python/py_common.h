@@ -3,10 +3,12 @@
 // Shared pieces of the Python binding torch_monitor._C.
 
 #include <exception>
+#include <memory>
 
 #include <pybind11/pybind11.h>
 
 #include <torch_monitor/event.h>
+#include <torch_monitor/event_handler.h>
 
 namespace torch_monitor::python {
 
@@ -39,5 +41,11 @@ void initStats(py::module_& m);
 void initReducers(py::module_& m);
 void initMonitors(py::module_& m);
 void initTesting(py::module_& m);
+void initSinks(py::module_& m);
+
+// The C++ handler inside `obj` when it is a native sink (a torch_monitor
+// sink class, or a torch.classes.torch_monitor sink ScriptObject), so that
+// register_event_handler registers it directly; nullptr otherwise.
+std::shared_ptr<EventHandler> nativeEventHandler(py::handle obj);
 
 } // namespace torch_monitor::python

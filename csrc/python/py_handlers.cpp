@@ -103,6 +103,12 @@ void initHandlers(py::module_& m) {
   m.def(
       "register_event_handler",
       [](py::object callable) {
+        // A native sink (torch_monitor.TensorBoardWriter, ...) is registered
+        // as the C++ handler it is: no GIL, no Python in the event path.
+        if (auto native = nativeEventHandler(callable)) {
+          registerEventHandler(native);
+          return EventHandlerHandle{std::move(native)};
+        }
         if (!PyCallable_Check(callable.ptr())) {
           throw py::type_error(
               "register_event_handler expects a callable taking one Event, "
@@ -130,11 +136,23 @@ void initHandlers(py::module_& m) {
 
   m.def(
       "unregister_event_handler",
-      [](const EventHandlerHandle& handle) {
-        unregisterEventHandler(handle.handler);
+      [](py::handle handle) {
+        // A native sink may also be passed itself instead of its handle.
+        if (auto native = nativeEventHandler(handle)) {
+          unregisterEventHandler(native);
+          return;
+        }
+        if (!py::isinstance<EventHandlerHandle>(handle)) {
+          throw py::type_error(
+              "unregister_event_handler expects what register_event_handler "
+              "returned, got " +
+              std::string(Py_TYPE(handle.ptr())->tp_name));
+        }
+        unregisterEventHandler(handle.cast<const EventHandlerHandle&>().handler);
       },
       py::arg("handle"),
-      "Removes a handler; an already removed handle is a no-op");
+      "Removes a handler (given its handle, or a native sink itself); an "
+      "already removed one is a no-op");
 
   m.def(
       "log_event",

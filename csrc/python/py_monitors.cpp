@@ -1,7 +1,851 @@
+// Python face of the monitors: torch_monitor._C.DifferenceMonitorCore, a
+// torch.ScriptObject around torch.classes.torch_monitor.DifferenceMonitor,
+// and the C functions that the generated eager hooks call.
+//
+// A monitored module holds the core object as an attribute. Its hooks are
+// generated Python functions (torch_monitor/monitors.py) so TorchScript can
+// compile them; when not scripting they make one call into this file, which
+// reads the module's mode, resolves the attribute path, converts the value
+// and runs DifferenceMonitor::before/after, all in C++.
+
 #include "py_common.h"
 
-namespace torch_monitor::python {
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
-void initMonitors(py::module_& m) {}
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/api/object.h>
+
+#include <torch_monitor/script/script_difference_monitor.h>
+
+namespace torch_monitor::python {
+namespace {
+
+using script::ScriptDifferenceMonitor;
+using script::ScriptReducer;
+
+constexpr const char* kReducerClass =
+    "__torch__.torch.classes.torch_monitor.Reducer";
+
+bool interpreterIsUsable() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+// Owns a Python object from C++ code that may drop it without the GIL (a
+// monitor destroyed by a TorchScript module, or at interpreter exit).
+// Thread safety: destruction may happen on any thread (it takes the GIL).
+class PyRef {
+ public:
+  explicit PyRef(py::object object) : object_(std::move(object)) {}
+  PyRef(const PyRef&) = delete;
+  PyRef& operator=(const PyRef&) = delete;
+  ~PyRef() {
+    if (interpreterIsUsable()) {
+      py::gil_scoped_acquire gil;
+      object_ = py::object();
+    } else {
+      object_.release(); // the interpreter is gone; leak the reference
+    }
+  }
+  const py::object& get() const noexcept {
+    return object_;
+  }
+
+ private:
+  py::object object_;
+};
+
+// An attribute value with no IValue equivalent (a dict, a custom object),
+// carried through the monitor to the Python filter_/map_/op_ unchanged. It
+// never reaches TorchScript: the default map rejects it by type.
+// Thread safety: as PyRef; reading the object needs the GIL.
+struct PythonValue final : c10::ivalue::PyObjectHolder {
+  explicit PythonValue(py::object object) : ref(std::move(object)) {}
+  PyObject* getPyObject() override {
+    return ref.get().ptr();
+  }
+  c10::InferredType tryToInferType() override {
+    return c10::InferredType("a Python object has no TorchScript type");
+  }
+  c10::IValue toIValue(const c10::TypePtr& type, std::optional<int32_t>)
+      override {
+    TORCH_CHECK_TYPE(
+        false,
+        "a Python attribute value cannot be converted to ",
+        type->repr_str());
+  }
+  std::string toStr() override {
+    py::gil_scoped_acquire gil;
+    return py::str(ref.get()).cast<std::string>();
+  }
+  std::vector<at::Tensor> extractTensors() override {
+    return {};
+  }
+  PyRef ref;
+};
+
+// -------------------------------------------------------------- conversion
+
+// The IValue the monitor sees for an attribute's Python value: tensors,
+// None, numbers, strings, tuples and lists of them natively; anything else
+// wrapped (see PythonValue). Needs the GIL.
+c10::IValue valueFromPython(PyObject* obj) {
+  if (THPVariable_Check(obj)) {
+    return THPVariable_Unpack(obj);
+  }
+  if (obj == Py_None) {
+    return c10::IValue();
+  }
+  if (PyTuple_Check(obj)) {
+    const Py_ssize_t n = PyTuple_GET_SIZE(obj);
+    std::vector<c10::IValue> elements;
+    elements.reserve(n);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      elements.push_back(valueFromPython(PyTuple_GET_ITEM(obj, i)));
+    }
+    return c10::ivalue::Tuple::create(std::move(elements));
+  }
+  if (PyBool_Check(obj)) {
+    return obj == Py_True;
+  }
+  if (PyLong_Check(obj)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow == 0 && !(v == -1 && PyErr_Occurred())) {
+      return static_cast<int64_t>(v);
+    }
+    PyErr_Clear();
+  } else if (PyFloat_Check(obj)) {
+    return PyFloat_AS_DOUBLE(obj);
+  } else if (PyUnicode_Check(obj)) {
+    Py_ssize_t size = 0;
+    const char* data = PyUnicode_AsUTF8AndSize(obj, &size);
+    if (data != nullptr) {
+      return std::string(data, size);
+    }
+    PyErr_Clear();
+  } else if (PyList_Check(obj)) {
+    c10::impl::GenericList list(c10::AnyType::get());
+    const Py_ssize_t n = PyList_GET_SIZE(obj);
+    list.reserve(n);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      list.push_back(valueFromPython(PyList_GET_ITEM(obj, i)));
+    }
+    return list;
+  }
+  return c10::IValue(c10::intrusive_ptr<c10::ivalue::PyObjectHolder>(
+      c10::make_intrusive<PythonValue>(
+          py::reinterpret_borrow<py::object>(obj))));
+}
+
+// The Python value handed to filter_/map_/op_. Needs the GIL.
+py::object valueToPython(const c10::IValue& value) {
+  if (value.isTensor()) {
+    return py::reinterpret_steal<py::object>(
+        THPVariable_Wrap(value.toTensor()));
+  }
+  if (value.isNone()) {
+    return py::none();
+  }
+  if (value.isTuple()) {
+    const auto& elements = value.toTupleRef().elements();
+    py::tuple out(elements.size());
+    for (size_t i = 0; i < elements.size(); ++i) {
+      out[i] = valueToPython(elements[i]);
+    }
+    return std::move(out);
+  }
+  if (value.isList()) {
+    py::list out;
+    for (const c10::IValue& element : value.toListRef()) {
+      out.append(valueToPython(element));
+    }
+    return std::move(out);
+  }
+  if (value.isBool()) {
+    return py::bool_(value.toBool());
+  }
+  if (value.isInt()) {
+    return py::int_(value.toInt());
+  }
+  if (value.isDouble()) {
+    return py::float_(value.toDouble());
+  }
+  if (value.isString()) {
+    return py::str(value.toStringRef());
+  }
+  if (value.isPyObject()) {
+    return py::reinterpret_borrow<py::object>(value.toPyObject());
+  }
+  TORCH_CHECK_TYPE(
+      false,
+      "a DifferenceMonitor value of kind ",
+      value.tagKind(),
+      " cannot be passed to a Python filter_, map_ or op_");
+}
+
+at::Tensor tensorFromResult(
+    const py::handle& result,
+    const char* what,
+    const std::string& where) {
+  TORCH_CHECK_TYPE(
+      THPVariable_Check(result.ptr()),
+      where,
+      ": ",
+      what,
+      " must be a Tensor, got ",
+      Py_TYPE(result.ptr())->tp_name);
+  return THPVariable_Unpack(result.ptr());
+}
+
+// ------------------------------------------------- Python filter_/map_/op_
+
+// Each wrapper takes the GIL itself: scripted forward() calls run without
+// it. A Python exception propagates as py::error_already_set, and the eager
+// hook re-raises the very exception.
+DifferenceMonitor::Filter wrapFilter(std::shared_ptr<PyRef> fn) {
+  return [fn](const c10::IValue& post, const c10::IValue& pre) {
+    py::gil_scoped_acquire gil;
+    py::object result = fn->get()(valueToPython(post), valueToPython(pre));
+    const int truth = PyObject_IsTrue(result.ptr());
+    if (truth < 0) {
+      throw py::error_already_set();
+    }
+    return truth == 1;
+  };
+}
+
+DifferenceMonitor::Map wrapMap(std::shared_ptr<PyRef> fn, std::string name) {
+  return [fn, name](const c10::IValue& post, const c10::IValue& pre) {
+    py::gil_scoped_acquire gil;
+    py::object result = fn->get()(valueToPython(post), valueToPython(pre));
+    const std::string where = "DifferenceMonitor '" + name + "'";
+    TORCH_CHECK_TYPE(
+        PyTuple_Check(result.ptr()) || PyList_Check(result.ptr()),
+        where,
+        ": map_ must return a tuple of tensors (the reducer's inputs, e.g. "
+        "`(post - pre,)`), got ",
+        Py_TYPE(result.ptr())->tp_name);
+    std::vector<at::Tensor> inputs;
+    for (py::handle item : result) {
+      inputs.push_back(tensorFromResult(item, "every element map_ returns", where));
+    }
+    return inputs;
+  };
+}
+
+DifferenceMonitor::Op wrapOp(std::shared_ptr<PyRef> fn, std::string name) {
+  return [fn, name](const at::Tensor& post, const at::Tensor& pre) {
+    py::gil_scoped_acquire gil;
+    py::object result = fn->get()(
+        py::reinterpret_steal<py::object>(THPVariable_Wrap(post)),
+        py::reinterpret_steal<py::object>(THPVariable_Wrap(pre)));
+    return tensorFromResult(
+        result, "op_'s result", "DifferenceMonitor '" + name + "'");
+  };
+}
+
+py::object checkedCallable(py::object fn, const char* argName) {
+  if (fn.is_none()) {
+    return fn;
+  }
+  if (!PyCallable_Check(fn.ptr())) {
+    throw py::type_error(
+        std::string(argName) + " must be a callable or None, got " +
+        Py_TYPE(fn.ptr())->tp_name);
+  }
+  return fn;
+}
+
+// -------------------------------------------------------------- the object
+
+// The Python face of a difference monitor: a torch.ScriptObject (so
+// torch.jit.script accepts it as a module attribute of type
+// torch.classes.torch_monitor.DifferenceMonitor and scripted hooks reach the
+// same C++ monitor) that also keeps what the eager hooks need: the path
+// split into interned strings and the Python callables.
+// Thread safety: as DifferenceMonitor (none); Python calls hold the GIL.
+struct PyDifferenceMonitor : torch::jit::Object {
+  PyDifferenceMonitor(
+      c10::intrusive_ptr<ScriptDifferenceMonitor> holder_,
+      py::object reducer_,
+      const std::string& path,
+      py::object filter_,
+      py::object map_,
+      py::object op_)
+      : torch::jit::Object(c10::IValue(holder_).toObject()),
+        holder(std::move(holder_)),
+        monitor(&holder->monitor()),
+        reducer(std::move(reducer_)),
+        filter(checkedCallable(std::move(filter_), "filter_")),
+        map(checkedCallable(std::move(map_), "map_")),
+        op(checkedCallable(std::move(op_), "op_")) {
+    size_t start = 0;
+    while (true) {
+      const size_t dot = path.find('.', start);
+      const std::string part = path.substr(start, dot - start);
+      if (part.empty()) {
+        throw py::value_error(
+            "attr must be an attribute path such as 'weight' or "
+            "'block.state' (names joined by single dots), got '" +
+            path + "'");
+      }
+      PyObject* interned = PyUnicode_InternFromString(part.c_str());
+      if (interned == nullptr) {
+        throw py::error_already_set();
+      }
+      parts.push_back(py::reinterpret_steal<py::object>(interned));
+      if (dot == std::string::npos) {
+        break;
+      }
+      start = dot + 1;
+    }
+    const std::string& name = monitor->name();
+    if (!filter.is_none()) {
+      monitor->setFilter(
+          wrapFilter(std::make_shared<PyRef>(filter)));
+    }
+    if (!map.is_none()) {
+      monitor->setMap(wrapMap(std::make_shared<PyRef>(map), name));
+    }
+    if (!op.is_none()) {
+      monitor->setOp(wrapOp(std::make_shared<PyRef>(op), name));
+    }
+  }
+
+  c10::intrusive_ptr<ScriptDifferenceMonitor> holder;
+  DifferenceMonitor* monitor; // &holder->monitor(), for the fast paths
+  // The reducer as given: a torch_monitor reducer (an nn.Module) or its
+  // ScriptObject. Deep copies copy it through the memo, so copying a monitor
+  // along with the reducer object shares one copy.
+  py::object reducer;
+  std::vector<py::object> parts; // the attribute path, interned
+  py::object filter;
+  py::object map;
+  py::object op;
+};
+
+PyTypeObject* gMonitorType = nullptr; // DifferenceMonitorCore
+PyTypeObject* gModuleType = nullptr; // torch.nn.Module
+PyObject* gParametersKey = nullptr;
+PyObject* gBuffersKey = nullptr;
+PyObject* gModulesKey = nullptr;
+PyObject* gTrainingKey = nullptr;
+
+// The torch.classes.torch_monitor.Reducer of `reducer`: the object itself, or
+// the `script_reducer` attribute of a Python reducer (torch_monitor.reducers).
+c10::IValue scriptReducerFrom(const py::handle& given) {
+  py::object reducer = py::reinterpret_borrow<py::object>(given);
+  if (py::hasattr(given, "script_reducer")) {
+    reducer = given.attr("script_reducer");
+  }
+  const auto fail = [&]() {
+    return py::type_error(
+        "reducer must be a torch_monitor reducer (e.g. "
+        "torch_monitor.PassthroughReducer(1.0)) or its "
+        "torch.classes.torch_monitor.Reducer object, got " +
+        std::string(Py_TYPE(given.ptr())->tp_name) +
+        " (inferno's reducers are Python objects that the C++ monitor "
+        "cannot feed)");
+  };
+  torch::jit::Object object;
+  try {
+    object = reducer.cast<torch::jit::Object>();
+  } catch (const py::cast_error&) {
+    throw fail();
+  }
+  const auto& type = object.type();
+  if (!type->name() || type->name()->qualifiedName() != kReducerClass) {
+    throw fail();
+  }
+  return c10::IValue(object._ivalue());
+}
+
+std::unique_ptr<PyDifferenceMonitor> makeMonitor(
+    py::object reducer,
+    const std::string& attr,
+    bool trainUpdate,
+    bool evalUpdate,
+    py::object filter,
+    py::object map,
+    py::object op) {
+  auto holder = c10::make_intrusive<ScriptDifferenceMonitor>(
+      scriptReducerFrom(reducer), attr, trainUpdate, evalUpdate);
+  return std::make_unique<PyDifferenceMonitor>(
+      std::move(holder),
+      std::move(reducer),
+      attr,
+      std::move(filter),
+      std::move(map),
+      std::move(op));
+}
+
+PyDifferenceMonitor* unwrap(PyObject* obj) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(obj);
+  void* value = inst->simple_layout
+      ? inst->simple_value_holder[0]
+      : py::detail::values_and_holders(inst).begin()->value_ptr();
+  return static_cast<PyDifferenceMonitor*>(value);
+}
+
+// ---------------------------------------------------- attribute resolution
+
+// `obj.name` as nn.Module resolves it, with parameters, buffers and
+// submodules read straight from their dicts: for those, plain getattr first
+// fails the generic lookup (building an AttributeError) and then runs
+// Module.__getattr__ in Python, about 0.3 us per level. nn.Module keeps
+// those names out of __dict__ and off the class, so the order is the same.
+// Anything else (plain attributes, properties such as parametrizations,
+// custom __getattr__) goes through getattr. New reference, or nullptr with
+// the error set.
+PyObject* getComponent(PyObject* obj, PyObject* name) {
+  if (PyType_IsSubtype(Py_TYPE(obj), gModuleType)) {
+    PyObject* dict = PyObject_GenericGetDict(obj, nullptr);
+    if (dict == nullptr) {
+      return nullptr;
+    }
+    for (PyObject* key : {gParametersKey, gBuffersKey, gModulesKey}) {
+      PyObject* members = PyDict_GetItemWithError(dict, key);
+      if (members != nullptr && PyDict_Check(members)) {
+        PyObject* value = PyDict_GetItemWithError(members, name);
+        if (value != nullptr) {
+          Py_INCREF(value);
+          Py_DECREF(dict);
+          return value;
+        }
+      }
+      if (PyErr_Occurred()) {
+        Py_DECREF(dict);
+        return nullptr;
+      }
+    }
+    Py_DECREF(dict);
+  }
+  return PyObject_GetAttr(obj, name);
+}
+
+// Replaces the pending AttributeError by one naming the monitor's whole path
+// and the part that is missing (the original stays as __cause__).
+void raiseMissing(
+    PyObject* module,
+    const PyDifferenceMonitor& self,
+    size_t missing,
+    PyObject* owner) {
+  PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  std::string where = "the module";
+  if (missing > 0) {
+    where.clear();
+    for (size_t i = 0; i < missing; ++i) {
+      where += (i ? "." : "") + py::str(self.parts[i]).cast<std::string>();
+    }
+    where = "'" + where + "' (" + Py_TYPE(owner)->tp_name + ")";
+  }
+  const std::string message = "DifferenceMonitor attribute path '" +
+      self.monitor->name() + "' does not resolve on " +
+      Py_TYPE(module)->tp_name + ": " + where + " has no attribute '" +
+      py::str(self.parts[missing]).cast<std::string>() +
+      "'. Check the path (parts are joined by dots and resolved at every "
+      "forward call through submodules, parameters, buffers and attributes)";
+  PyObject* error =
+      PyObject_CallFunction(PyExc_AttributeError, "s", message.c_str());
+  if (error == nullptr) {
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    return;
+  }
+  if (value != nullptr) {
+    if (traceback != nullptr) {
+      PyException_SetTraceback(value, traceback);
+    }
+    PyException_SetCause(error, value); // steals value
+    Py_INCREF(value);
+    PyException_SetContext(error, value); // steals the new reference
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(traceback);
+  PyErr_SetObject(PyExc_AttributeError, error);
+  Py_DECREF(error);
+}
+
+// The value at the monitor's path on `module`: a new reference, or nullptr
+// with an AttributeError naming the path.
+PyObject* resolvePath(PyObject* module, const PyDifferenceMonitor& self) {
+  PyObject* current = module;
+  Py_INCREF(current);
+  for (size_t i = 0; i < self.parts.size(); ++i) {
+    PyObject* next = getComponent(current, self.parts[i].ptr());
+    if (next == nullptr) {
+      if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        raiseMissing(module, self, i, current);
+      }
+      Py_DECREF(current);
+      return nullptr;
+    }
+    Py_DECREF(current);
+    current = next;
+  }
+  return current;
+}
+
+// -1 with an error set, else 0/1.
+int trainingOf(PyObject* module, PyObject* dict) {
+  PyObject* training = PyDict_GetItemWithError(dict, gTrainingKey);
+  if (training != nullptr) {
+    return PyObject_IsTrue(training);
+  }
+  if (PyErr_Occurred()) {
+    return -1;
+  }
+  PyObject* attr = PyObject_GetAttr(module, gTrainingKey);
+  if (attr == nullptr) {
+    return -1;
+  }
+  const int truth = PyObject_IsTrue(attr);
+  Py_DECREF(attr);
+  return truth;
+}
+
+// Runs `body`, turning C++ exceptions into the pending Python error.
+template <typename F>
+PyObject* guarded(F&& body) {
+  try {
+    body();
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+    return nullptr;
+  } catch (const std::exception& e) {
+    setPythonError(e);
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+// The body of the eager hooks: `key` names the module attribute that holds
+// the monitor (bound as the C function's self, so a deep copy of the module
+// reaches its own copy of the monitor).
+PyObject* runEagerHook(PyObject* key, PyObject* module, bool isBefore) {
+  PyObject* dict = PyObject_GenericGetDict(module, nullptr);
+  if (dict == nullptr) {
+    return nullptr;
+  }
+  PyObject* core = PyDict_GetItemWithError(dict, key);
+  if (core == nullptr || !PyObject_TypeCheck(core, gMonitorType)) {
+    Py_DECREF(dict);
+    if (!PyErr_Occurred()) {
+      PyErr_Format(
+          PyExc_RuntimeError,
+          "a torch_monitor DifferenceMonitor hook on %s found no monitor in "
+          "its attribute '%U' (was it deleted or replaced?); deregister() "
+          "the monitor and register() it again",
+          Py_TYPE(module)->tp_name,
+          key);
+    }
+    return nullptr;
+  }
+  Py_INCREF(core); // a Python filter_ could delete the attribute meanwhile
+  const int training = trainingOf(module, dict);
+  Py_DECREF(dict);
+  PyDifferenceMonitor* self = unwrap(core);
+  PyObject* result = nullptr;
+  if (training < 0) {
+    // error set
+  } else if (!self->monitor->runsWhen(training == 1)) {
+    result = Py_NewRef(Py_None);
+  } else if (PyObject* value = resolvePath(module, *self)) {
+    result = guarded([&]() {
+      const c10::IValue v = valueFromPython(value);
+      if (isBefore) {
+        self->monitor->before(v, training == 1);
+      } else {
+        self->monitor->after(v, training == 1);
+      }
+    });
+    Py_DECREF(value);
+  }
+  Py_DECREF(core);
+  return result;
+}
+
+// before_hook(module)
+PyObject* eagerBefore(PyObject* key, PyObject* module) {
+  return runEagerHook(key, module, true);
+}
+
+// after_hook(module[, output]): the output is not needed, but the generated
+// hook passes it so the call matches the hook's own arguments.
+PyObject* eagerAfter(PyObject* key, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2) {
+    PyErr_SetString(
+        PyExc_TypeError, "the after hook takes (module[, output])");
+    return nullptr;
+  }
+  return runEagerHook(key, args[0], false);
+}
+
+PyMethodDef gEagerBeforeDef = {
+    "difference_monitor_before",
+    reinterpret_cast<PyCFunction>(&eagerBefore),
+    METH_O,
+    "eager forward pre-hook body of a DifferenceMonitor"};
+PyMethodDef gEagerAfterDef = {
+    "difference_monitor_after",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&eagerAfter)),
+    METH_FASTCALL,
+    "eager forward hook body of a DifferenceMonitor"};
+
+// core.before(value, training) / core.after(value, training): the
+// TorchScript methods, callable from Python at METH_FASTCALL cost.
+template <bool IsBefore>
+PyObject* fastCall(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_Format(
+        PyExc_TypeError,
+        "%s(value, training) takes 2 arguments, got %zd",
+        IsBefore ? "before" : "after",
+        nargs);
+    return nullptr;
+  }
+  const int training = PyObject_IsTrue(args[1]);
+  if (training < 0) {
+    return nullptr;
+  }
+  PyDifferenceMonitor* self = unwrap(obj);
+  return guarded([&]() {
+    const c10::IValue v = valueFromPython(args[0]);
+    if (IsBefore) {
+      self->monitor->before(v, training == 1);
+    } else {
+      self->monitor->after(v, training == 1);
+    }
+  });
+}
+
+void addRawMethod(py::handle cls, PyMethodDef* def) {
+  PyObject* descriptor =
+      PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def);
+  if (descriptor == nullptr ||
+      PyObject_SetAttrString(cls.ptr(), def->ml_name, descriptor) != 0) {
+    Py_XDECREF(descriptor);
+    throw py::error_already_set();
+  }
+  Py_DECREF(descriptor);
+}
+
+py::object reducerObject(const c10::IValue& reducer) {
+  return py::cast(torch::jit::Object(reducer.toObject()));
+}
+
+std::unique_ptr<PyDifferenceMonitor> copyOf(
+    const PyDifferenceMonitor& self,
+    py::object reducer) {
+  return makeMonitor(
+      std::move(reducer),
+      self.monitor->name(),
+      self.monitor->trainUpdate(),
+      self.monitor->evalUpdate(),
+      self.filter,
+      self.map,
+      self.op);
+}
+
+} // namespace
+
+void initMonitors(py::module_& m) {
+  using Self = PyDifferenceMonitor;
+  auto cls =
+      py::class_<Self, torch::jit::Object>(
+          m,
+          "DifferenceMonitorCore",
+          "DifferenceMonitorCore(reducer, attr, train_update=True, "
+          "eval_update=True, filter_=None, map_=None, op_=None): the C++ "
+          "state of a DifferenceMonitor, a "
+          "torch.classes.torch_monitor.DifferenceMonitor object. "
+          "torch_monitor.DifferenceMonitor stores it on the monitored module; "
+          "use that class.")
+          .def(
+              py::init(&makeMonitor),
+              py::arg("reducer"),
+              py::arg("attr"),
+              py::arg("train_update") = true,
+              py::arg("eval_update") = true,
+              py::arg("filter_") = py::none(),
+              py::arg("map_") = py::none(),
+              py::arg("op_") = py::none())
+          .def_property_readonly(
+              "attr",
+              [](const Self& self) { return self.monitor->name(); },
+              "the attribute path")
+          .def_property(
+              "train_update",
+              [](const Self& self) { return self.monitor->trainUpdate(); },
+              [](Self& self, bool v) { self.monitor->setTrainUpdate(v); })
+          .def_property(
+              "eval_update",
+              [](const Self& self) { return self.monitor->evalUpdate(); },
+              [](Self& self, bool v) { self.monitor->setEvalUpdate(v); })
+          .def_property_readonly(
+              "reducer",
+              [](const Self& self) { return self.reducer; },
+              "the reducer as given (a torch_monitor reducer or its "
+              "torch.classes.torch_monitor.Reducer)")
+          .def_property_readonly(
+              "script_reducer",
+              [](const Self& self) {
+                return reducerObject(self.holder->reducerObject());
+              },
+              "the torch.classes.torch_monitor.Reducer fed")
+          .def_readonly("filter_", &Self::filter)
+          .def_readonly("map_", &Self::map)
+          .def_readonly("op_", &Self::op)
+          .def_property_readonly(
+              "has_custom_callables",
+              [](const Self& self) {
+                return self.monitor->hasCustomCallables();
+              })
+          .def_property_readonly(
+              "has_capture",
+              [](const Self& self) { return self.monitor->hasCapture(); },
+              "whether a value captured before forward() awaits after()")
+          .def(
+              "forget",
+              [](Self& self) { self.monitor->forget(); },
+              "forgets the captured value")
+          .def(
+              "clear",
+              [](Self& self, bool keepshape) {
+                self.monitor->clear(keepshape);
+              },
+              py::arg("keepshape") = false,
+              "forgets the captured value and clears the reducer")
+          .def(
+              "peek",
+              [](const Self& self) { return self.monitor->reducer()->peek(); })
+          .def(
+              "dump",
+              [](const Self& self) { return self.monitor->reducer()->dump(); })
+          .def(
+              "view",
+              [](const Self& self, const at::Tensor& time, double tolerance) {
+                return self.monitor->reducer()->view(time, tolerance);
+              },
+              py::arg("time"),
+              py::arg("tolerance") = 1e-7)
+          // torch.ScriptObject's own pickling would rebuild a plain
+          // ScriptObject and abort. Pickled like torch.jit.save pickles the
+          // class: refused with Python callables.
+          .def(py::pickle(
+              [](const Self& self) {
+                auto [version, name, train, eval, reducer] =
+                    self.holder->state();
+                return py::make_tuple(
+                    version, name, train, eval, reducerObject(reducer));
+              },
+              [](const py::tuple& state) {
+                if (state.size() != 5 ||
+                    state[0].cast<int64_t>() !=
+                        ScriptDifferenceMonitor::kStateVersion) {
+                  throw py::value_error(
+                      "cannot unpickle a DifferenceMonitorCore of another "
+                      "torch_monitor version; load it with the release that "
+                      "saved it");
+                }
+                return makeMonitor(
+                    state[4],
+                    state[1].cast<std::string>(),
+                    state[2].cast<bool>(),
+                    state[3].cast<bool>(),
+                    py::none(),
+                    py::none(),
+                    py::none());
+              }))
+          // A copy is a new monitor with the same configuration and
+          // callables; a shallow copy feeds the same reducer, a deep copy a
+          // deep copy of it (through `memo`, so copying a module together
+          // with its Python reducer object shares one reducer copy).
+          .def(
+              "__copy__",
+              [](const Self& self) { return copyOf(self, self.reducer); })
+          .def(
+              "__deepcopy__",
+              [](const Self& self, py::dict memo) {
+                py::object reducer =
+                    py::module_::import("copy").attr("deepcopy")(
+                        self.reducer, memo);
+                return copyOf(self, std::move(reducer));
+              })
+          .def("__repr__", [](const Self& self) {
+            return "DifferenceMonitorCore(attr=" +
+                py::repr(py::str(self.monitor->name())).cast<std::string>() +
+                ", train_update=" +
+                (self.monitor->trainUpdate() ? "True" : "False") +
+                ", eval_update=" +
+                (self.monitor->evalUpdate() ? "True" : "False") + ")";
+          });
+
+  static PyMethodDef beforeDef = {
+      "before",
+      reinterpret_cast<PyCFunction>(
+          reinterpret_cast<void (*)()>(&fastCall<true>)),
+      METH_FASTCALL,
+      "before(value, training): captures the value (the pre-hook's part)"};
+  static PyMethodDef afterDef = {
+      "after",
+      reinterpret_cast<PyCFunction>(
+          reinterpret_cast<void (*)()>(&fastCall<false>)),
+      METH_FASTCALL,
+      "after(value, training): feeds op(value, captured) to the reducer"};
+  addRawMethod(cls, &beforeDef);
+  addRawMethod(cls, &afterDef);
+
+  // As for Stat: every attribute is a real one of this class, so plain
+  // lookup is enough and skips ScriptObject's slow __getattr__ hook.
+  // The same for setting: ScriptObject's __setattr__ would look for a
+  // TorchScript attribute and miss the train_update/eval_update setters.
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  type->tp_getattro = PyObject_GenericGetAttr;
+  type->tp_setattro = PyObject_GenericSetAttr;
+  PyType_Modified(type);
+  gMonitorType = type;
+
+  gModuleType = reinterpret_cast<PyTypeObject*>(
+      py::object(py::module_::import("torch.nn").attr("Module"))
+          .release()
+          .ptr());
+  gParametersKey = PyUnicode_InternFromString("_parameters");
+  gBuffersKey = PyUnicode_InternFromString("_buffers");
+  gModulesKey = PyUnicode_InternFromString("_modules");
+  gTrainingKey = PyUnicode_InternFromString("training");
+
+  m.def(
+      "_difference_monitor_hooks",
+      [](py::str key) {
+        PyObject* before = PyCFunction_NewEx(&gEagerBeforeDef, key.ptr(), nullptr);
+        if (before == nullptr) {
+          throw py::error_already_set();
+        }
+        py::object beforeFn = py::reinterpret_steal<py::object>(before);
+        PyObject* after = PyCFunction_NewEx(&gEagerAfterDef, key.ptr(), nullptr);
+        if (after == nullptr) {
+          throw py::error_already_set();
+        }
+        return py::make_tuple(
+            beforeFn, py::reinterpret_steal<py::object>(after));
+      },
+      py::arg("key"),
+      "(before(module), after(module, output)): the C functions the eager "
+      "hooks call; they find the monitor in the module attribute `key`");
+}
 
 } // namespace torch_monitor::python

@@ -1,7 +1,164 @@
 #include "py_common.h"
 
-namespace torch_monitor::python {
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
-void initReducers(py::module_& m) {}
+#include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/api/object.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <torch_monitor/reducers/fold_reducer.h>
+#include <torch_monitor/script/script_reducer.h>
+
+namespace torch_monitor::python {
+namespace {
+
+using script::ScriptReducer;
+
+// Owns a Python callable inside C++ state (a criterion held by a reducer
+// that TorchScript code may drop on any thread): the reference is dropped
+// with the GIL held, or leaked once the interpreter is gone.
+struct PythonCallable {
+  explicit PythonCallable(py::object fn) : fn(std::move(fn)) {}
+  ~PythonCallable() {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      fn = py::object();
+    } else {
+      fn.release();
+    }
+  }
+  PythonCallable(const PythonCallable&) = delete;
+  PythonCallable& operator=(const PythonCallable&) = delete;
+
+  py::object fn;
+};
+
+at::Tensor tensorFrom(py::handle value, const char* what) {
+  if (!THPVariable_Check(value.ptr())) {
+    throw py::type_error(
+        std::string(what) + " must be a torch.Tensor, got " +
+        Py_TYPE(value.ptr())->tp_name);
+  }
+  return THPVariable_Unpack(value.ptr());
+}
+
+// The C++ reducer inside a torch.classes.torch_monitor.Reducer object, for
+// the Python wrappers' hot calls (forward, peek) and what torch.classes
+// cannot carry (a Python callable as criterion).
+// Thread safety: as FoldReducer (none); calls hold the GIL.
+class ReducerHandle {
+ public:
+  explicit ReducerHandle(const torch::jit::Object& scriptObject) {
+    c10::IValue value(scriptObject._ivalue());
+    if (value.type()->str() !=
+        c10::getCustomClassType<c10::intrusive_ptr<ScriptReducer>>()->str()) {
+      throw py::type_error(
+          "expected a torch.classes.torch_monitor.Reducer, got " +
+          value.type()->str());
+    }
+    holder_ = value.toCustomClass<ScriptReducer>();
+    reducer_ = &holder_->fold();
+  }
+
+  void forward(const py::args& args) {
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(args.size());
+    for (py::handle arg : args) {
+      inputs.push_back(tensorFrom(arg, "every reducer input"));
+    }
+    reducer_->forward(inputs);
+  }
+  std::optional<at::Tensor> peek() const {
+    return reducer_->peek();
+  }
+  std::optional<at::Tensor> dump() const {
+    return reducer_->dump();
+  }
+  std::optional<at::Tensor> view(py::handle time, double tolerance) const {
+    if (THPVariable_Check(time.ptr())) {
+      return reducer_->view(THPVariable_Unpack(time.ptr()), tolerance);
+    }
+    if (PyFloat_Check(time.ptr()) ||
+        (PyLong_Check(time.ptr()) && !PyBool_Check(time.ptr()))) {
+      return reducer_->view(time.cast<double>(), tolerance);
+    }
+    throw py::type_error(
+        std::string("view: time must be a float or a torch.Tensor, got ") +
+        Py_TYPE(time.ptr())->tp_name);
+  }
+
+  // A Python callable (tensor -> bool tensor) as criterion. It runs with the
+  // GIL, also when scripted code calls forward.
+  void setPythonCriterion(py::object fn) {
+    if (!PyCallable_Check(fn.ptr())) {
+      throw py::type_error(
+          std::string("a criterion must be callable, got ") +
+          Py_TYPE(fn.ptr())->tp_name);
+    }
+    const std::string description = py::repr(fn).cast<std::string>();
+    auto callable = std::make_shared<PythonCallable>(std::move(fn));
+    reducer_->setCriterion(Criterion::custom(
+        [callable](const at::Tensor& x) -> at::Tensor {
+          py::gil_scoped_acquire gil;
+          py::object arg =
+              py::reinterpret_steal<py::object>(THPVariable_Wrap(x));
+          if (!arg) {
+            throw py::error_already_set();
+          }
+          py::object out = callable->fn(arg);
+          if (!THPVariable_Check(out.ptr())) {
+            throw py::type_error(
+                "a criterion must return a bool torch.Tensor, got " +
+                std::string(Py_TYPE(out.ptr())->tp_name));
+          }
+          return THPVariable_Unpack(out.ptr());
+        },
+        description));
+  }
+  void setBuiltinCriterion(const std::string& name, double threshold) {
+    reducer_->setCriterion(Criterion::builtin(name, threshold));
+  }
+  bool hasCustomCriterion() const {
+    const Criterion* c = reducer_->criterion();
+    return c != nullptr && c->valid() && !c->isBuiltin();
+  }
+
+ private:
+  c10::intrusive_ptr<ScriptReducer> holder_;
+  FoldReducer* reducer_ = nullptr; // &holder_->fold(), cached
+};
+
+} // namespace
+
+void initReducers(py::module_& m) {
+  py::class_<ReducerHandle>(
+      m,
+      "_ReducerHandle",
+      "Direct access to the C++ reducer of a "
+      "torch.classes.torch_monitor.Reducer (used by torch_monitor.reducers)")
+      .def(py::init<const torch::jit::Object&>(), py::arg("script_reducer"))
+      .def("forward", &ReducerHandle::forward)
+      .def("peek", &ReducerHandle::peek)
+      .def("dump", &ReducerHandle::dump)
+      .def(
+          "view",
+          &ReducerHandle::view,
+          py::arg("time"),
+          py::arg("tolerance") = 1e-7)
+      .def(
+          "set_python_criterion",
+          &ReducerHandle::setPythonCriterion,
+          py::arg("fn"))
+      .def(
+          "set_builtin_criterion",
+          &ReducerHandle::setBuiltinCriterion,
+          py::arg("name"),
+          py::arg("threshold") = 0.0)
+      .def("has_custom_criterion", &ReducerHandle::hasCustomCriterion);
+}
 
 } // namespace torch_monitor::python

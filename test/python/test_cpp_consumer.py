@@ -24,7 +24,6 @@ import json
 import os
 import pickletools
 import shutil
-import subprocess
 import sys
 import time
 import zipfile
@@ -33,41 +32,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cpp_build import build_project, import_torch_monitor, requires_toolchain, run  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONSUMER_SRC = os.path.normpath(os.path.join(HERE, "..", "consumer"))
 STAT_EVENT = "torch.monitor.Stat"
 CLASS_PREFIX = "__torch__.torch.classes.torch_monitor"
 
 
-def _compiler():
-    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-requires_toolchain = pytest.mark.skipif(
-    shutil.which("cmake") is None or _compiler() is None,
-    reason="needs cmake and a C++ compiler to build test/consumer",
-)
-
-
-def _import_torch_monitor():
-    """torch_monitor, or a skip (a failure with TORCH_MONITOR_REQUIRE=1)."""
-    try:
-        import torch_monitor
-    except Exception as exc:  # ImportError, or OSError loading the library
-        if os.environ.get("TORCH_MONITOR_REQUIRE") == "1":
-            raise
-        pytest.skip(f"cannot import torch_monitor: {exc!r}")
-    if getattr(torch_monitor, "__file__", None) is None:
-        pytest.skip("torch_monitor is not built (namespace package only)")
-    return torch_monitor
-
-
 @pytest.fixture(scope="session")
 def tmon():
-    return _import_torch_monitor()
+    return import_torch_monitor()
 
 
 # ------------------------------------------------------------ the model
@@ -134,16 +109,6 @@ def saved_model(tmon, tmp_path_factory):
     return path
 
 
-def run(cmd, timeout=180, **kwargs):
-    return subprocess.run(
-        [str(c) for c in cmd],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        **kwargs,
-    )
-
-
 def json_lines(stdout):
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
@@ -163,38 +128,15 @@ def data_types(event):
 @pytest.fixture(scope="session")
 def consumer(tmon, tmp_path_factory):
     """Builds test/consumer against the installed package; returns the build dir."""
-    if shutil.which("cmake") is None or _compiler() is None:
-        pytest.skip("needs cmake and a C++ compiler")
-    import torch.utils
-
-    build = tmp_path_factory.mktemp("consumer_build")
-    prefix = f"{tmon.cmake_prefix_path};{torch.utils.cmake_prefix_path}"
-    configure = [
-        "cmake",
-        "-S",
+    return build_project(
         CONSUMER_SRC,
-        "-B",
-        build,
-        f"-DCMAKE_PREFIX_PATH={prefix}",
-        f"-DCMAKE_CXX_COMPILER={_compiler()}",
-        "-DCMAKE_BUILD_TYPE=Release",
+        tmp_path_factory.mktemp("consumer_build"),
+        tmon,
+        ("torch_monitor_consumer", "torch_monitor_script_only"),
         # As Ubuntu's toolchain does by default: drop libraries whose symbols
         # are never named, unless the target says otherwise.
-        "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed",
-    ]
-    if shutil.which("ninja"):
-        configure += ["-G", "Ninja"]
-    for cmd in (
-        configure,
-        ["cmake", "--build", build, "--parallel", str(min(4, os.cpu_count() or 1))],
-    ):
-        proc = run(cmd, timeout=900)
-        assert proc.returncode == 0, (
-            f"{' '.join(map(str, cmd))} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        )
-    for exe in ("torch_monitor_consumer", "torch_monitor_script_only"):
-        assert (build / exe).is_file(), f"{exe} was not built"
-    return build
+        extra_configure=("-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed",),
+    )
 
 
 def needed_libraries(exe):

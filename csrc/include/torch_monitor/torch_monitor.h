@@ -1,8 +1,15 @@
 #pragma once
 
-// The whole C++ API of torch_monitor: Stat, Event, event handlers.
+// The C++ API of torch_monitor: Stat, Event, event handlers, sinks, reducers
+// and the DifferenceMonitor. Hooks on torch::nn modules are in
+// <torch_monitor/nn.h> (heavier: it needs the torch::nn headers).
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/clock.h>
 #include <torch_monitor/event.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/stat.h>
+// Sinks: standard-library headers only (their internals are out of line).
+#include <torch_monitor/sinks/sinks.h>
+// Reducers and monitors: need only <ATen/core/Tensor.h>-level headers.
+#include <torch_monitor/monitors/difference_monitor.h>
+#include <torch_monitor/reducers/reducers.h>

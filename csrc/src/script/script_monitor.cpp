@@ -1,7 +1,190 @@
+#include <torch_monitor/script/script_difference_monitor.h>
+
+#include <ATen/ATen.h>
+
 #include <torch_monitor/script/registration.h>
 
 namespace torch_monitor::script {
+namespace {
 
-void registerMonitorClasses(torch::Library& m) {}
+using Self = c10::intrusive_ptr<ScriptDifferenceMonitor>;
+
+// view() takes a number (one time for every element) or a tensor.
+at::Tensor timeTensor(const c10::IValue& time) {
+  if (time.isDouble()) {
+    return at::scalar_tensor(time.toDouble(), at::kDouble);
+  }
+  if (time.isInt()) {
+    return at::scalar_tensor(static_cast<double>(time.toInt()), at::kDouble);
+  }
+  TORCH_CHECK_TYPE(
+      time.isTensor(),
+      "DifferenceMonitor.view: time must be a float, an int or a Tensor, got ",
+      time.tagKind());
+  return time.toTensor();
+}
+
+void defineDifferenceMonitorClass(torch::Library& m) {
+  m.class_<ScriptDifferenceMonitor>("DifferenceMonitor")
+      .def(
+          torch::init([](c10::intrusive_ptr<ScriptReducer> reducer,
+                         std::string name,
+                         bool trainUpdate,
+                         bool evalUpdate) {
+            return c10::make_intrusive<ScriptDifferenceMonitor>(
+                c10::IValue(std::move(reducer)),
+                std::move(name),
+                trainUpdate,
+                evalUpdate);
+          }),
+          "DifferenceMonitor(reducer, name, train_update=True, "
+          "eval_update=True): feeds reducer the difference of a module "
+          "attribute across forward(); the module's hooks call before() and "
+          "after() with the attribute's value and self.training",
+          {torch::arg("reducer"),
+           torch::arg("name"),
+           torch::arg("train_update") = true,
+           torch::arg("eval_update") = true})
+      .def(
+          "before",
+          [](const Self& self, c10::IValue value, bool training) {
+            self->monitor().before(value, training);
+          },
+          "the forward pre-hook's part: captures the value",
+          {torch::arg("value"), torch::arg("training")})
+      .def(
+          "after",
+          [](const Self& self, c10::IValue value, bool training) {
+            self->monitor().after(value, training);
+          },
+          "the forward hook's part: feeds op(value, captured) to the reducer",
+          {torch::arg("value"), torch::arg("training")})
+      .def(
+          "clear",
+          [](const Self& self, bool keepshape) {
+            self->monitor().clear(keepshape);
+          },
+          "forgets the captured value and clears the reducer",
+          {torch::arg("keepshape") = false})
+      .def(
+          "forget",
+          [](const Self& self) { self->monitor().forget(); },
+          "forgets the captured value only")
+      .def(
+          "reducer",
+          [](const Self& self) { return self->scriptReducer(); })
+      .def(
+          "name",
+          [](const Self& self) { return self->monitor().name(); })
+      .def(
+          "train_update",
+          [](const Self& self) { return self->monitor().trainUpdate(); })
+      .def(
+          "set_train_update",
+          [](const Self& self, bool value) {
+            self->monitor().setTrainUpdate(value);
+          })
+      .def(
+          "eval_update",
+          [](const Self& self) { return self->monitor().evalUpdate(); })
+      .def(
+          "set_eval_update",
+          [](const Self& self, bool value) {
+            self->monitor().setEvalUpdate(value);
+          })
+      .def(
+          "has_custom_callables",
+          [](const Self& self) {
+            return self->monitor().hasCustomCallables();
+          })
+      .def(
+          "peek",
+          [](const Self& self) { return self->monitor().reducer()->peek(); },
+          "the reducer's newest state, None before the first step")
+      .def(
+          "dump",
+          [](const Self& self) { return self->monitor().reducer()->dump(); },
+          "the reducer's stored states, newest first")
+      .def(
+          "view",
+          [](const Self& self, c10::IValue time, double tolerance) {
+            return self->monitor().reducer()->view(timeTensor(time), tolerance);
+          },
+          "the reducer's state `time` before the newest one",
+          {torch::arg("time"), torch::arg("tolerance") = 1e-7})
+      .def_pickle(
+          [](const Self& self) { return self->state(); },
+          [](ScriptDifferenceMonitor::State state) {
+            return ScriptDifferenceMonitor::fromState(std::move(state));
+          });
+}
+
+} // namespace
+
+namespace {
+
+c10::intrusive_ptr<ScriptReducer> reducerOf(const c10::IValue& reducer) {
+  TORCH_CHECK_TYPE(
+      reducer.isObject() &&
+          reducer.toObjectRef().type() ==
+              c10::getCustomClassType<c10::intrusive_ptr<ScriptReducer>>(),
+      "a DifferenceMonitor feeds a torch.classes.torch_monitor.Reducer "
+      "(e.g. torch_monitor.PassthroughReducer(1.0).script_reducer), got ",
+      reducer.type()->repr_str());
+  return reducer.toCustomClass<ScriptReducer>();
+}
+
+} // namespace
+
+ScriptDifferenceMonitor::ScriptDifferenceMonitor(
+    c10::IValue reducer,
+    std::string name,
+    bool trainUpdate,
+    bool evalUpdate)
+    : reducerObject_(std::move(reducer)),
+      reducer_(reducerOf(reducerObject_)),
+      monitor_(reducer_->reducer(), std::move(name), trainUpdate, evalUpdate) {}
+
+ScriptDifferenceMonitor::State ScriptDifferenceMonitor::state() const {
+  TORCH_CHECK(
+      !monitor_.hasCustomCallables(),
+      "cannot save DifferenceMonitor '",
+      monitor_.name(),
+      "': its filter_, map_ or op_ is a Python callable, which TorchScript "
+      "cannot save. Save a module whose monitors use the default filter_, "
+      "map_ and op_ (or compute the value inside the module and monitor "
+      "that attribute instead)");
+  return State(
+      kStateVersion,
+      monitor_.name(),
+      monitor_.trainUpdate(),
+      monitor_.evalUpdate(),
+      reducerObject_);
+}
+
+c10::intrusive_ptr<ScriptDifferenceMonitor> ScriptDifferenceMonitor::fromState(
+    State state) {
+  auto& [version, name, trainUpdate, evalUpdate, reducer] = state;
+  TORCH_CHECK(
+      version == kStateVersion,
+      "cannot load a torch_monitor DifferenceMonitor saved with state version ",
+      version,
+      "; this build reads version ",
+      kStateVersion,
+      ". Load the model with the torch_monitor release that saved it.");
+  return c10::make_intrusive<ScriptDifferenceMonitor>(
+      std::move(reducer), std::move(name), trainUpdate, evalUpdate);
+}
+
+void registerMonitorClasses(torch::Library& m) {
+  // The monitor's constructor and reducer() take the Reducer class, so it
+  // must be registered first (registerReducerClasses runs before this).
+  // Without it the signature could not be typed and loading the library
+  // would fail; skipping keeps every other class usable.
+  if (!torch::getCustomClass("__torch__.torch.classes.torch_monitor.Reducer")) {
+    return;
+  }
+  defineDifferenceMonitorClass(m);
+}
 
 } // namespace torch_monitor::script

@@ -1,9 +1,328 @@
 #include <torch_monitor/script/script_reducer.h>
 
+#include <limits>
+#include <map>
+
+#include <ATen/ops/alias.h>
+
+#include <torch_monitor/reducers/factory.h>
 #include <torch_monitor/script/registration.h>
 
 namespace torch_monitor::script {
+namespace {
 
-void registerReducerClasses(torch::Library& m) {}
+using Self = c10::intrusive_ptr<ScriptReducer>;
+
+std::map<std::string, double> toMap(const c10::Dict<std::string, double>& d) {
+  std::map<std::string, double> out;
+  for (const auto& entry : d) {
+    out.emplace(entry.key(), entry.value());
+  }
+  return out;
+}
+
+c10::Dict<std::string, double> toDict(const std::map<std::string, double>& m) {
+  c10::Dict<std::string, double> out;
+  for (const auto& [name, value] : m) {
+    out.insert(name, value);
+  }
+  return out;
+}
+
+Criterion criterionFromName(const std::string& name, double threshold) {
+  if (name.empty()) {
+    return Criterion();
+  }
+  TORCH_CHECK_VALUE(
+      name != ScriptReducer::kCustomCriterion,
+      "this reducer was described with a custom (Python) criterion, which "
+      "cannot be rebuilt; construct it in Python with the callable, or use a "
+      "built-in criterion (eq, ne, gt, ge, lt, le, nonzero)");
+  return Criterion::builtin(name, threshold);
+}
+
+// A time given to view(): a number (one time for every element) or a
+// tensor (see FoldReducer::view).
+std::optional<at::Tensor> viewAt(
+    FoldReducer& reducer,
+    const c10::IValue& time,
+    double tolerance) {
+  if (time.isDouble()) {
+    return reducer.view(time.toDouble(), tolerance);
+  }
+  if (time.isInt()) {
+    return reducer.view(static_cast<double>(time.toInt()), tolerance);
+  }
+  TORCH_CHECK_TYPE(
+      time.isTensor(),
+      "Reducer.view: time must be a float, an int or a Tensor, got ",
+      time.tagKind());
+  return reducer.view(time.toTensor(), tolerance);
+}
+
+} // namespace
+
+FoldReducer& ScriptReducer::fold() const {
+  TORCH_CHECK_TYPE(
+      fold_ != nullptr,
+      "this torch_monitor Reducer holds a C++ reducer that is not a "
+      "FoldReducer; it supports only forward, peek, dump, view and clear");
+  return *fold_;
+}
+
+ScriptReducer::State ScriptReducer::state(bool forSaving) const {
+  const FoldReducer& r = fold();
+  std::string criterionName;
+  double threshold = 0.0;
+  if (const Criterion* c = r.criterion(); c != nullptr && c->valid()) {
+    if (c->isBuiltin()) {
+      criterionName = c->name();
+      threshold = c->threshold();
+    } else {
+      TORCH_CHECK_VALUE(
+          !forSaving,
+          r.kind(),
+          " uses a Python callable as criterion (",
+          c->name(),
+          "), which cannot be saved; use a built-in criterion "
+          "(torch_monitor.Criterion('gt', 0.5), ...) in models you save");
+      criterionName = kCustomCriterion;
+    }
+  }
+  const FoldReducer::Snapshot snap = r.snapshot();
+  // Saved without autograd history: a graph cannot be pickled, and a loaded
+  // history starts a new one.
+  return State(
+      kStateVersion,
+      r.kind(),
+      r.stepTime(),
+      r.duration(),
+      r.inclusive(),
+      r.inplace(),
+      toDict(r.params()),
+      criterionName,
+      threshold,
+      snap.storage.detach(),
+      snap.allocated,
+      snap.next,
+      snap.hasState,
+      snap.steps);
+}
+
+namespace {
+void checkVersion(int64_t version) {
+  TORCH_CHECK_VALUE(
+      version == ScriptReducer::kStateVersion,
+      "cannot load a torch_monitor Reducer saved with state version ",
+      version,
+      "; this build reads version ",
+      ScriptReducer::kStateVersion,
+      ". Load it with the torch_monitor release that saved it.");
+}
+} // namespace
+
+void ScriptReducer::loadState(const State& state) {
+  const auto& [version, kind, stepTime, duration, inclusive, inplace, params,
+               criterionName, threshold, storage, allocated, next, hasState,
+               steps] = state;
+  checkVersion(version);
+  FoldReducer& r = fold();
+  TORCH_CHECK_VALUE(
+      kind == r.kind(),
+      "cannot load the state of a ",
+      kind,
+      " into a ",
+      r.kind());
+  // Validate the timing before changing anything.
+  (void)historySize(stepTime, duration, inclusive);
+  r.setInclusive(inclusive);
+  r.setDuration(duration);
+  r.setStepTime(stepTime);
+  r.setInplace(inplace);
+  const std::map<std::string, double> current = r.params();
+  for (const auto& [name, value] : toMap(params)) {
+    r.setParam(name, value);
+  }
+  // A parameter the saved reducer did not have is unset (NaN), e.g. a
+  // trace's tolerance.
+  for (const auto& entry : current) {
+    if (!params.contains(entry.first)) {
+      r.setParam(entry.first, std::numeric_limits<double>::quiet_NaN());
+    }
+  }
+  r.restore(FoldReducer::Snapshot{storage, allocated, next, hasState, steps});
+}
+
+c10::intrusive_ptr<ScriptReducer> ScriptReducer::fromState(const State& state) {
+  const auto& [version, kind, stepTime, duration, inclusive, inplace, params,
+               criterionName, threshold, storage, allocated, next, hasState,
+               steps] = state;
+  checkVersion(version);
+  std::shared_ptr<FoldReducer> reducer = makeReducer(
+      kind,
+      stepTime,
+      duration,
+      inclusive,
+      inplace,
+      toMap(params),
+      criterionFromName(criterionName, threshold));
+  reducer->restore(
+      FoldReducer::Snapshot{storage, allocated, next, hasState, steps});
+  return c10::make_intrusive<ScriptReducer>(std::move(reducer));
+}
+
+void registerReducerClasses(torch::Library& m) {
+  m.class_<ScriptReducer>("Reducer")
+      .def(
+          torch::init([](const std::string& kind,
+                         double stepTime,
+                         double duration,
+                         bool inclusive,
+                         bool inplace,
+                         std::optional<c10::Dict<std::string, double>> params,
+                         const std::string& criterion,
+                         double threshold) {
+            return c10::make_intrusive<ScriptReducer>(makeReducer(
+                kind,
+                stepTime,
+                duration,
+                inclusive,
+                inplace,
+                params ? toMap(*params) : std::map<std::string, double>(),
+                criterionFromName(criterion, threshold)));
+          }),
+          "Reducer(kind, step_time, duration=0.0, inclusive=False, "
+          "inplace=False, params=None, criterion='', threshold=0.0): kind is "
+          "an inferno class name such as 'EMAReducer'; params its parameters "
+          "by name (e.g. {'alpha': 0.5}); criterion a built-in test (eq, ne, "
+          "gt, ge, lt, le against threshold, or nonzero)",
+          {torch::arg("kind"),
+           torch::arg("step_time"),
+           torch::arg("duration") = 0.0,
+           torch::arg("inclusive") = false,
+           torch::arg("inplace") = false,
+           torch::arg("params") = c10::IValue(),
+           torch::arg("criterion") = std::string(),
+           torch::arg("threshold") = 0.0})
+      .def(
+          "forward",
+          [](const Self& self, const std::vector<at::Tensor>& inputs) {
+            self->reducer()->forward(inputs);
+          },
+          "folds the inputs of one step into a new state and records it")
+      .def(
+          "peek",
+          [](const Self& self) { return self->reducer()->peek(); },
+          "the newest state, None before the first step")
+      .def(
+          "dump",
+          [](const Self& self) { return self->reducer()->dump(); },
+          "every recorded state, newest first, None before the first step")
+      .def(
+          "view",
+          [](const Self& self, const c10::IValue& time, double tolerance) {
+            return viewAt(self->fold(), time, tolerance);
+          },
+          "the state `time` before the newest (a float, or a tensor of times "
+          "per element), interpolated between recorded states",
+          {torch::arg("time"), torch::arg("tolerance") = 1e-7})
+      .def(
+          "clear",
+          [](const Self& self, bool keepshape) {
+            self->reducer()->clear(keepshape);
+          },
+          "back to the initial state; keepshape keeps the storage allocated",
+          {torch::arg("keepshape") = false})
+      .def("kind", [](const Self& self) { return std::string(self->fold().kind()); })
+      .def("arity", [](const Self& self) {
+        return static_cast<int64_t>(self->fold().arity());
+      })
+      .def("step_time", [](const Self& self) { return self->fold().stepTime(); })
+      .def(
+          "set_step_time",
+          [](const Self& self, double v) { self->fold().setStepTime(v); })
+      .def("duration", [](const Self& self) { return self->fold().duration(); })
+      .def(
+          "set_duration",
+          [](const Self& self, double v) { self->fold().setDuration(v); })
+      .def("inclusive", [](const Self& self) { return self->fold().inclusive(); })
+      .def(
+          "set_inclusive",
+          [](const Self& self, bool v) { self->fold().setInclusive(v); })
+      .def("inplace", [](const Self& self) { return self->fold().inplace(); })
+      .def(
+          "set_inplace",
+          [](const Self& self, bool v) { self->fold().setInplace(v); })
+      .def(
+          "history_size",
+          [](const Self& self) { return self->fold().historySize(); })
+      .def("has_state", [](const Self& self) { return self->fold().hasState(); })
+      .def("steps", [](const Self& self) { return self->fold().steps(); })
+      .def("fill", [](const Self& self) { return self->fold().fill(); })
+      .def("params", [](const Self& self) { return toDict(self->fold().params()); })
+      .def(
+          "set_param",
+          [](const Self& self, const std::string& name, double value) {
+            self->fold().setParam(name, value);
+          })
+      .def(
+          "criterion",
+          [](const Self& self) {
+            const Criterion* c = self->fold().criterion();
+            return c == nullptr ? std::string() : c->repr();
+          },
+          "the criterion as text ('gt(0.5)', 'nonzero', a callable's repr), "
+          "'' for reducers without one")
+      .def(
+          "set_criterion",
+          [](const Self& self, const std::string& name, double threshold) {
+            self->fold().setCriterion(Criterion::builtin(name, threshold));
+          },
+          "replaces the criterion by a built-in one",
+          {torch::arg("name"), torch::arg("threshold") = 0.0})
+      .def(
+          "storage",
+          [](const Self& self) {
+            // A new TensorImpl over the same memory: Python keeps the
+            // TensorImpls it has seen alive (PyObject preservation), and a
+            // history whose own TensorImpl is shared can no longer be written
+            // in place (every step would copy all N rows).
+            return at::alias(self->fold().history().storage());
+          },
+          "the history tensor in storage order ([N, *state shape]; an empty "
+          "tensor of the history's dtype and device before the first step)")
+      .def(
+          "set_storage",
+          [](const Self& self, const at::Tensor& storage) {
+            self->fold().setStorage(storage);
+          },
+          "replaces the history tensor by one of the same shape (another "
+          "dtype or device)")
+      .def(
+          "to",
+          [](const Self& self,
+             std::optional<c10::Device> device,
+             std::optional<c10::ScalarType> dtype) {
+            self->fold().to(device, dtype);
+          },
+          "moves and/or casts the history",
+          {torch::arg("device") = c10::IValue(), torch::arg("dtype") = c10::IValue()})
+      .def(
+          "state",
+          [](const Self& self) { return self->state(/*forSaving=*/false); },
+          "the reducer's state as saved (a custom criterion is recorded as "
+          "'custom')")
+      .def(
+          "load_state",
+          [](const Self& self, ScriptReducer::State state) {
+            self->loadState(state);
+          },
+          "loads a state() into this reducer in place")
+      .def_pickle(
+          [](const Self& self) { return self->state(/*forSaving=*/true); },
+          [](ScriptReducer::State state) {
+            return ScriptReducer::fromState(state);
+          });
+}
 
 } // namespace torch_monitor::script

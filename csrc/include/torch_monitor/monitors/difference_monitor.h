@@ -46,6 +46,9 @@ class TORCH_MONITOR_API DifferenceMonitor {
   // forward() are measured (autograd-preserving when the value requires grad
   // and grad mode is on). Skipped when `training` does not match the
   // train/eval flags.
+  // (A skipped before() or after() drops a pending capture: after() pairs only
+  // with the before() of the same forward() call, else the value before
+  // counts as None.)
   void before(const c10::IValue& value, bool training);
   // Compares with the captured value and feeds the reducer. Skipped like
   // before(). Errors (shape or device mismatches in the reducer) name the
@@ -54,6 +57,18 @@ class TORCH_MONITOR_API DifferenceMonitor {
 
   // Forgets the captured value and clears the reducer.
   void clear(bool keepshape = false);
+
+  // Whether before()/after() act for a module in this mode (the train/eval
+  // flags); hooks may check it first to skip resolving the attribute.
+  bool runsWhen(bool training) const noexcept {
+    return training ? trainUpdate_ : evalUpdate_;
+  }
+  // Forgets the captured value only (clear() without touching the reducer).
+  void forget() noexcept;
+  // Whether before() captured a value that after() has not consumed yet.
+  bool hasCapture() const noexcept {
+    return pre_.has_value();
+  }
 
   const std::shared_ptr<Reducer>& reducer() const noexcept;
   const std::string& name() const noexcept;

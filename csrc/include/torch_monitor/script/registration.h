@@ -9,4 +9,5 @@ void registerStatClasses(torch::Library& m);
 void registerEventClassAndOps(torch::Library& m);
 void registerReducerClasses(torch::Library& m);
 void registerMonitorClasses(torch::Library& m); // after reducers: takes them
+void registerSinkClasses(torch::Library& m); // after the Event class
 } // namespace torch_monitor::script

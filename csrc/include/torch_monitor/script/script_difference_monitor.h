@@ -1,0 +1,70 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+
+#include <torch/custom_class.h>
+
+#include <torch_monitor/monitors/difference_monitor.h>
+#include <torch_monitor/script/script_reducer.h>
+
+namespace torch_monitor::script {
+
+// The TorchScript face of a DifferenceMonitor:
+// torch.classes.torch_monitor.DifferenceMonitor. A monitored module holds one
+// as an attribute; its hooks call before()/after() on it, in eager Python
+// (through the binding's fast path) and in scripted or loaded modules alike.
+// It shares the reducer with the Python reducer object it was built from.
+// Thread safety: as DifferenceMonitor (none; one module's hooks drive it).
+class ScriptDifferenceMonitor : public torch::CustomClassHolder {
+ public:
+  // Pickled state; the version comes first so later layouts can be read.
+  // The captured pre-forward value is not part of it (a module is saved
+  // between forward() calls).
+  using State = std::tuple<
+      int64_t, // version
+      std::string, // name: the attribute path
+      bool, // train_update
+      bool, // eval_update
+      c10::IValue>; // the Reducer object, pickled by its class
+  static constexpr int64_t kStateVersion = 1;
+
+  // `reducer` is a torch.classes.torch_monitor.Reducer object (an
+  // intrusive_ptr<ScriptReducer> converts). The very object is kept, not
+  // only the C++ reducer: torch.jit.save writes an object referenced twice
+  // (by the module and by this monitor) once, so both still share one
+  // reducer after loading. Throws c10::TypeError for anything else.
+  ScriptDifferenceMonitor(
+      c10::IValue reducer,
+      std::string name,
+      bool trainUpdate,
+      bool evalUpdate);
+
+  DifferenceMonitor& monitor() noexcept {
+    return monitor_;
+  }
+  const DifferenceMonitor& monitor() const noexcept {
+    return monitor_;
+  }
+  const c10::intrusive_ptr<ScriptReducer>& scriptReducer() const noexcept {
+    return reducer_;
+  }
+  // The Reducer object given to the constructor.
+  const c10::IValue& reducerObject() const noexcept {
+    return reducerObject_;
+  }
+
+  // Throws c10::Error naming the monitor when it has custom (Python)
+  // callables: those cannot be saved, and a silently different monitor after
+  // loading would be worse than no save.
+  State state() const;
+  static c10::intrusive_ptr<ScriptDifferenceMonitor> fromState(State state);
+
+ private:
+  c10::IValue reducerObject_;
+  c10::intrusive_ptr<ScriptReducer> reducer_;
+  DifferenceMonitor monitor_;
+};
+
+} // namespace torch_monitor::script

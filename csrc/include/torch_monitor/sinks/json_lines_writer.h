@@ -1,0 +1,59 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch_monitor/event.h>
+#include <torch_monitor/export.h>
+#include <torch_monitor/sinks/sink.h>
+
+namespace torch_monitor::sinks {
+
+// Configuration of a JsonLinesWriter; a plain value.
+struct JsonLinesWriterOptions {
+  std::chrono::milliseconds flushInterval{1000};
+  size_t maxBufferBytes = size_t(32) << 20;
+  // Events written; empty = every event.
+  std::vector<std::string> eventNames;
+  // Append to an existing file (default) or start it anew.
+  bool append = true;
+};
+
+// Writes one JSON object per event and line (JSON Lines):
+//   {"name":"torch.monitor.Stat","timestamp":"2024-05-01T12:34:56.123456Z",
+//    "epoch_seconds":1714566896.123456,"data":{"loss.mean":0.25,"n":3}}
+// Types are kept: ints as JSON integers, doubles as numbers that always
+// read back as floats (NaN/Infinity as the strings "NaN", "Infinity",
+// "-Infinity"), bools as true/false, strings as strings. Any name, key or
+// string is escaped and invalid UTF-8 replaced by U+FFFD, so every line is
+// valid JSON. Buffered and written in the background exactly like
+// TensorBoardWriter (the same BufferedFileWriter); the parent directory is
+// created if missing.
+// Thread safety: no concurrent call to any API of this type causes a data
+// race; handle() may run on many threads at once.
+class TORCH_MONITOR_API JsonLinesWriter final : public Sink {
+ public:
+  explicit JsonLinesWriter(
+      std::string path,
+      JsonLinesWriterOptions options = JsonLinesWriterOptions());
+  ~JsonLinesWriter() override;
+
+  void handle(const Event& event) override;
+  void flush() override;
+  int64_t dropped() const override;
+
+  const std::string& path() const noexcept;
+  const JsonLinesWriterOptions& options() const noexcept;
+
+ protected:
+  void closeOutput() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace torch_monitor::sinks

@@ -1,0 +1,85 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <torch_monitor/event.h>
+#include <torch_monitor/export.h>
+#include <torch_monitor/sinks/sink.h>
+
+namespace torch_monitor::sinks {
+
+// Configuration of a TensorBoardWriter; a plain value.
+struct TensorBoardWriterOptions {
+  // How often the background thread writes the buffered records (it also
+  // writes sooner when the buffer fills).
+  std::chrono::milliseconds flushInterval{1000};
+  // Bound on buffered bytes; beyond it new scalars are dropped and counted.
+  size_t maxBufferBytes = size_t(32) << 20;
+  // Events whose values are written; empty = every event.
+  std::vector<std::string> eventNames{kStatEventName};
+  // When not empty and an event holds an integer under this key, it is the
+  // step of all the event's other values (and is not written itself);
+  // otherwise every tag counts its own steps 0, 1, 2, ...
+  std::string stepKey;
+};
+
+// Writes events as TensorBoard scalars, without protobuf: an event-file
+// `events.out.tfevents.<epoch s>.<host>.<pid>.<n>` in `logdir` (created if
+// missing). For each accepted event (by default those a Stat logs, named
+// "torch.monitor.Stat") every numeric value becomes one scalar: the data key
+// is the tag, the event's timestamp the wall time, and the step a per-tag
+// 64-bit counter (or the event's `stepKey` value). Doubles and ints are
+// written as float32 (TensorBoard's simple_value), bools as 0/1, strings are
+// skipped.
+//
+// handle() only encodes into memory (~0.1 µs per scalar); a background
+// thread writes whole records every flushInterval, and on flush(), close(),
+// destruction and process exit. Disk problems are warned once each and never
+// thrown at the caller (see BufferedFileWriter).
+//
+//   auto tb = std::make_shared<TensorBoardWriter>("runs/exp1");
+//   torch_monitor::registerEventHandler(tb);
+//
+// Thread safety: no concurrent call to any API of this type causes a data
+// race; handle() may run on many threads at once.
+class TORCH_MONITOR_API TensorBoardWriter final : public Sink {
+ public:
+  explicit TensorBoardWriter(
+      std::string logdir,
+      TensorBoardWriterOptions options = TensorBoardWriterOptions());
+  ~TensorBoardWriter() override;
+
+  void handle(const Event& event) override;
+
+  // Writes one point directly, as SummaryWriter.add_scalar does. A wall time
+  // that is not finite (the default NaN) means now: TensorBoard's reader
+  // rejects a NaN wall time. Does not touch the per-tag counters.
+  void addScalar(
+      std::string_view tag,
+      double value,
+      int64_t step,
+      double wallTime = std::numeric_limits<double>::quiet_NaN());
+
+  void flush() override;
+  int64_t dropped() const override;
+
+  const std::string& logdir() const noexcept;
+  const TensorBoardWriterOptions& options() const noexcept;
+  // The event file being written ("" while it cannot be created).
+  std::string filePath() const;
+
+ protected:
+  void closeOutput() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace torch_monitor::sinks

@@ -1,0 +1,390 @@
+#include <torch_monitor/reducers/fold_reducer.h>
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+namespace torch_monitor {
+namespace {
+
+const char* inputsWord(size_t arity) {
+  return arity == 1 ? "one tensor (the observation)"
+                    : "two tensors (the observation and the condition)";
+}
+
+// Undoes a step count when fold() or the checks after it throw, so a failed
+// forward leaves the reducer as it was.
+class StepGuard {
+ public:
+  explicit StepGuard(int64_t& steps) : steps_(steps) {
+    ++steps_;
+  }
+  ~StepGuard() {
+    if (!committed_) {
+      --steps_;
+    }
+  }
+  void commit() noexcept {
+    committed_ = true;
+  }
+
+ private:
+  int64_t& steps_;
+  bool committed_ = false;
+};
+
+} // namespace
+
+FoldReducer::FoldReducer(
+    double stepTime,
+    double duration,
+    bool inclusive,
+    bool inplace,
+    double fill)
+    : stepTime_(stepTime),
+      duration_(duration),
+      inclusive_(inclusive),
+      inplace_(inplace),
+      history_(torch_monitor::historySize(stepTime, duration, inclusive), fill) {}
+
+void FoldReducer::checkInputs(const std::vector<at::Tensor>& inputs) const {
+  TORCH_CHECK_VALUE(
+      inputs.size() == arity(),
+      kind(),
+      ".forward takes ",
+      inputsWord(arity()),
+      ", got ",
+      inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& x = inputs[i];
+    TORCH_CHECK_VALUE(
+        x.defined(), kind(), ".forward: input ", i, " is undefined (None)");
+    TORCH_CHECK_VALUE(
+        x.device() == device(),
+        kind(),
+        ".forward: input ",
+        i,
+        " is on ",
+        x.device(),
+        " but the reducer's history is on ",
+        device(),
+        "; move the reducer first (reducer.to('",
+        x.device(),
+        "')) or the input to ",
+        device());
+    if (history_.allocated()) {
+      TORCH_CHECK_VALUE(
+          x.sizes() == history_.stateShape(),
+          kind(),
+          ".forward: input ",
+          i,
+          " has the wrong shape: expected ",
+          history_.stateShape(),
+          " (the shape of the recorded states), got ",
+          x.sizes(),
+          ". Call clear() to start a history of another shape.");
+    }
+  }
+}
+
+void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
+  checkInputs(inputs);
+  StepGuard step(steps_);
+  at::Tensor state;
+  {
+    std::optional<at::Tensor> previous;
+    if (hasState_) {
+      previous = history_.row(1);
+    }
+    state = fold(inputs, previous);
+    // `previous` (a view of the history) dies here, before the push: a live
+    // view would force the push to copy the whole history.
+  }
+  state = asState(state);
+  if (history_.allocated()) {
+    TORCH_CHECK_VALUE(
+        state.sizes() == history_.stateShape(),
+        kind(),
+        ".forward: the new state has shape ",
+        state.sizes(),
+        " but the recorded states have shape ",
+        history_.stateShape(),
+        " (does the criterion return a mask shaped like its input?)");
+  }
+  TORCH_CHECK_VALUE(
+      state.device() == device(),
+      kind(),
+      ".forward: the new state is on ",
+      state.device(),
+      " but the history is on ",
+      device(),
+      " (does the criterion return its mask on the input's device?)");
+  history_.push(state, inplace_);
+  hasState_ = true;
+  step.commit();
+}
+
+std::optional<at::Tensor> FoldReducer::peek() const {
+  if (!hasState_) {
+    return std::nullopt;
+  }
+  return history_.row(1);
+}
+
+std::optional<at::Tensor> FoldReducer::dump() const {
+  if (!hasState_) {
+    return std::nullopt;
+  }
+  return history_.newestFirst();
+}
+
+std::optional<at::Tensor> FoldReducer::view(double time, double tolerance)
+    const {
+  if (!hasState_) {
+    return std::nullopt;
+  }
+  const double dt = stepTime_;
+  const double oldest = dt * static_cast<double>(history_.size() - 1);
+  // Written so that NaN fails too.
+  TORCH_CHECK_VALUE(
+      time >= -tolerance && time <= oldest + tolerance,
+      kind(),
+      ".view: time ",
+      time,
+      " is outside the recorded range [",
+      -tolerance,
+      ", ",
+      oldest + tolerance,
+      "] (0 is the newest state, ",
+      oldest,
+      " the oldest, each widened by the tolerance ",
+      tolerance,
+      ")");
+  const double shift = time / dt;
+  // Round half to even, as Python's round().
+  const double nearest = std::nearbyint(shift);
+  if (std::abs(dt * nearest - time) <= tolerance) {
+    return history_.row(1 + static_cast<int64_t>(nearest));
+  }
+  const double offset = 1.0 + shift;
+  const at::Tensor prev = history_.row(static_cast<int64_t>(std::ceil(offset)));
+  const at::Tensor next = history_.row(static_cast<int64_t>(std::floor(offset)));
+  double frac = std::fmod(shift, 1.0);
+  if (frac < 0) {
+    frac += 1.0;
+  }
+  const at::Tensor sampleAt =
+      at::scalar_tensor(dt - dt * frac, history_.options());
+  return asState(interpolate(prev, next, sampleAt, dt));
+}
+
+std::optional<at::Tensor> FoldReducer::view(
+    const at::Tensor& time,
+    double tolerance) const {
+  TORCH_CHECK_VALUE(time.defined(), kind(), ".view: time is undefined");
+  if (!hasState_) {
+    return std::nullopt;
+  }
+  return viewTensor(time, tolerance);
+}
+
+std::optional<at::Tensor> FoldReducer::viewTensor(
+    const at::Tensor& time,
+    double tolerance) const {
+  const at::IntArrayRef stateShape = history_.stateShape();
+  const int64_t stateDim = static_cast<int64_t>(stateShape.size());
+  at::Tensor t = time;
+  if (!at::isFloatingType(t.scalar_type())) {
+    t = t.to(at::typeMetaToScalarType(c10::get_default_dtype()));
+  }
+  t = t.to(device());
+
+  // Times as [*state shape, D]: one 0-dim time for all elements, a time per
+  // element, or D times per element along the last dimension (broadcast
+  // over the elements).
+  bool squeeze = true;
+  if (t.dim() == 0) {
+    t = t.expand(stateShape).unsqueeze(-1);
+  } else if (t.dim() == stateDim) {
+    t = t.unsqueeze(-1);
+  } else if (t.dim() == stateDim + 1) {
+    squeeze = false;
+  } else {
+    TORCH_CHECK_VALUE(
+        false,
+        kind(),
+        ".view: time has ",
+        t.dim(),
+        " dimensions; give a single time, a tensor with the state's ",
+        stateDim,
+        " dimensions (one time per element) or ",
+        stateDim + 1,
+        " (several times per element along the last dimension)");
+  }
+  const at::IntArrayRef leading = t.sizes().slice(0, stateDim);
+  TORCH_CHECK_VALUE(
+      at::is_expandable_to(leading, stateShape),
+      kind(),
+      ".view: times of shape ",
+      time.sizes(),
+      " do not fit states of shape ",
+      stateShape,
+      ": expected ",
+      stateShape,
+      " (or a shape broadcastable to it), optionally followed by a dimension "
+      "of several times");
+  std::vector<int64_t> full(stateShape.begin(), stateShape.end());
+  full.push_back(t.size(-1));
+  t = t.expand(full);
+
+  const double dt = stepTime_;
+  const double oldest = dt * static_cast<double>(history_.size() - 1);
+  if (t.numel() > 0) {
+    // The range check reads two values back to the host; view() is not on
+    // the forward path.
+    const auto [lo, hi] = at::aminmax(t);
+    const double tmin = lo.item<double>();
+    const double tmax = hi.item<double>();
+    TORCH_CHECK_VALUE(
+        tmin >= -tolerance && tmax <= oldest + tolerance,
+        kind(),
+        ".view: times (min ",
+        tmin,
+        ", max ",
+        tmax,
+        ") must lie in the recorded range [",
+        -tolerance,
+        ", ",
+        oldest + tolerance,
+        "] (0 is the newest state, ",
+        oldest,
+        " the oldest, each widened by the tolerance)");
+  }
+
+  // The same arithmetic as the scalar view, element-wise: times within the
+  // tolerance of a step read that step exactly.
+  at::Tensor shift = t / dt;
+  const at::Tensor rounded = shift.round();
+  shift = at::where((rounded * dt - t).abs() <= tolerance, rounded, shift);
+  shift = shift.movedim(-1, 0); // [D, *state shape], like the storage
+  const at::Tensor offset = shift + 1;
+  const at::Tensor prevBack = offset.ceil();
+  const at::Tensor nextBack = offset.floor();
+  const int64_t n = history_.size();
+  const int64_t next = history_.next();
+  auto rowsAt = [&](const at::Tensor& back) {
+    return at::remainder(at::rsub(back.to(at::kLong), next), n);
+  };
+  const at::Tensor& storage = history_.storage();
+  const at::Tensor prev = storage.gather(0, rowsAt(prevBack));
+  const at::Tensor nextRows = storage.gather(0, rowsAt(nextBack));
+  const at::Tensor sampleAt = at::rsub(at::remainder(shift, 1) * dt, dt);
+  at::Tensor result = interpolate(prev, nextRows, sampleAt, dt);
+  result = at::where(prevBack == nextBack, prev, result).movedim(0, -1);
+  if (squeeze) {
+    result = result.squeeze(-1);
+  }
+  return asState(result);
+}
+
+void FoldReducer::clear(bool keepshape) {
+  if (keepshape) {
+    history_.refill();
+  } else {
+    history_.release();
+  }
+  hasState_ = false;
+  steps_ = 0;
+}
+
+void FoldReducer::setParam(const std::string& name, double /*value*/) {
+  unknownParam(name);
+}
+
+void FoldReducer::unknownParam(const std::string& name) const {
+  std::string known;
+  for (const auto& entry : params()) {
+    known += (known.empty() ? "" : ", ") + entry.first;
+  }
+  C10_THROW_ERROR(
+      ValueError,
+      c10::str(
+          kind(),
+          " has no parameter '",
+          name,
+          "'",
+          known.empty() ? std::string("; it has none")
+                        : "; its parameters are " + known));
+}
+
+void FoldReducer::setCriterion(Criterion /*criterion*/) {
+  TORCH_CHECK_VALUE(false, kind(), " takes no criterion");
+}
+
+void FoldReducer::setStepTime(double stepTime) {
+  const int64_t size =
+      torch_monitor::historySize(stepTime, duration_, inclusive_);
+  if (stepTime == stepTime_) {
+    return;
+  }
+  stepTime_ = stepTime;
+  history_.resize(size);
+  onStepTimeChanged();
+}
+
+void FoldReducer::setDuration(double duration) {
+  const int64_t size =
+      torch_monitor::historySize(stepTime_, duration, inclusive_);
+  duration_ = duration;
+  history_.resize(size);
+}
+
+void FoldReducer::setInclusive(bool inclusive) {
+  const int64_t size =
+      torch_monitor::historySize(stepTime_, duration_, inclusive);
+  inclusive_ = inclusive;
+  history_.resize(size);
+}
+
+void FoldReducer::to(
+    std::optional<at::Device> device,
+    std::optional<at::ScalarType> dtype) {
+  history_.setStorage(history_.storage().to(
+      device.value_or(this->device()), dtype.value_or(this->dtype())));
+}
+
+void FoldReducer::setStorage(const at::Tensor& storage) {
+  history_.setStorage(storage);
+}
+
+FoldReducer::Snapshot FoldReducer::snapshot() const {
+  return Snapshot{
+      history_.storage(),
+      history_.allocated(),
+      history_.next(),
+      hasState_,
+      steps_};
+}
+
+void FoldReducer::restore(const Snapshot& snapshot) {
+  TORCH_CHECK_VALUE(
+      !snapshot.hasState || snapshot.allocated,
+      "a saved ",
+      kind(),
+      " claims a state but holds no history");
+  TORCH_CHECK_VALUE(
+      snapshot.steps >= 0,
+      "a saved ",
+      kind(),
+      " has a negative step count ",
+      snapshot.steps);
+  history_.restore(snapshot.storage, snapshot.allocated, snapshot.next);
+  hasState_ = snapshot.hasState;
+  steps_ = snapshot.steps;
+}
+
+at::Tensor FoldReducer::asState(const at::Tensor& x) const {
+  return x.scalar_type() == dtype() ? x : x.to(dtype());
+}
+
+} // namespace torch_monitor

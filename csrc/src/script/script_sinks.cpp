@@ -1,0 +1,344 @@
+#include <torch_monitor/script/script_sinks.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <torch_monitor/script/registration.h>
+#include <torch_monitor/script/script_event.h>
+#include <torch_monitor/sinks/sinks.h>
+
+namespace torch_monitor::script {
+
+ScriptSinkHolder::~ScriptSinkHolder() = default;
+
+namespace {
+
+using sinks::ConsoleHandler;
+using sinks::JsonLinesWriter;
+using sinks::MemoryHandler;
+using sinks::TensorBoardWriter;
+
+// One C++ type per TorchScript class (custom classes are keyed by type).
+template <typename S>
+class ScriptSink final : public ScriptSinkHolder {
+ public:
+  explicit ScriptSink(std::shared_ptr<S> sink)
+      : ScriptSinkHolder(sink), typed_(std::move(sink)) {}
+  S& get() const noexcept {
+    return *typed_;
+  }
+
+ private:
+  std::shared_ptr<S> typed_;
+};
+
+template <typename S>
+using Self = c10::intrusive_ptr<ScriptSink<S>>;
+
+template <typename S, typename... Args>
+Self<S> makeSink(Args&&... args) {
+  return c10::make_intrusive<ScriptSink<S>>(
+      std::make_shared<S>(std::forward<Args>(args)...));
+}
+
+double secondsOf(std::chrono::milliseconds ms) {
+  return static_cast<double>(ms.count()) / 1000.0;
+}
+
+size_t bufferBytes(int64_t bytes) {
+  TORCH_CHECK_VALUE(
+      bytes > 0, "max_buffer_bytes must be positive, got ", bytes);
+  return static_cast<size_t>(bytes);
+}
+
+// The methods every sink class has.
+template <typename S>
+torch::class_<ScriptSink<S>>& defineSinkMethods(
+    torch::class_<ScriptSink<S>>& cls) {
+  return cls
+      .def(
+          "register",
+          [](const Self<S>& self) { self->get().registerSelf(); },
+          "Registers this sink as an event handler (again: no-op)")
+      .def(
+          "unregister",
+          [](const Self<S>& self) { self->get().unregisterSelf(); },
+          "Undoes register()")
+      .def(
+          "is_registered",
+          [](const Self<S>& self) { return self->get().registeredSelf(); })
+      .def(
+          "flush",
+          [](const Self<S>& self) { self->get().flush(); },
+          "Writes what is buffered now")
+      .def(
+          "close",
+          [](const Self<S>& self) { self->get().close(); },
+          "Unregisters, flushes and releases the output; later events are "
+          "ignored")
+      .def(
+          "closed", [](const Self<S>& self) { return self->get().closed(); })
+      .def(
+          "dropped",
+          [](const Self<S>& self) { return self->get().dropped(); },
+          "Events or values lost (buffer full, failing output, overwritten)")
+      .def(
+          "problems",
+          [](const Self<S>& self) { return self->get().problems(); },
+          "Distinct problems warned so far");
+}
+
+// Pickled states (version first). Unpickling makes a new, unregistered sink
+// with the same configuration: a TorchScript module that holds a writer
+// opens a new event file when loaded.
+using TensorBoardState = std::tuple<
+    int64_t, // version
+    std::string, // log_dir
+    double, // flush_interval, seconds
+    int64_t, // max_buffer_bytes
+    std::vector<std::string>, // event_names
+    std::string>; // step_key
+using JsonLinesState = std::tuple<
+    int64_t, // version
+    std::string, // path
+    double, // flush_interval, seconds
+    int64_t, // max_buffer_bytes
+    std::vector<std::string>>; // event_names (a loaded writer appends)
+using ConsoleState = std::tuple<int64_t, std::string, std::vector<std::string>>;
+using MemoryState = std::tuple<int64_t, int64_t, std::vector<std::string>>;
+constexpr int64_t kStateVersion = 1;
+
+void checkVersion(int64_t version, const char* cls) {
+  TORCH_CHECK(
+      version == kStateVersion,
+      "cannot load a torch_monitor ",
+      cls,
+      " saved with state version ",
+      version,
+      "; this build reads version ",
+      kStateVersion);
+}
+
+Self<TensorBoardWriter> makeTensorBoardWriter(
+    std::string logdir,
+    double flushInterval,
+    int64_t maxBufferBytes,
+    std::vector<std::string> eventNames,
+    std::string stepKey) {
+  sinks::TensorBoardWriterOptions options;
+  options.flushInterval = sinks::flushIntervalFromSeconds(flushInterval);
+  options.maxBufferBytes = bufferBytes(maxBufferBytes);
+  options.eventNames = std::move(eventNames);
+  options.stepKey = std::move(stepKey);
+  return makeSink<TensorBoardWriter>(std::move(logdir), std::move(options));
+}
+
+void registerTensorBoardWriter(torch::Library& m) {
+  using S = TensorBoardWriter;
+  auto cls = m.class_<ScriptSink<S>>("TensorBoardWriter");
+  cls.def(
+      torch::init(&makeTensorBoardWriter),
+      "TensorBoardWriter(log_dir, flush_interval=1.0, max_buffer_bytes=32 MiB, "
+      "event_names=['torch.monitor.Stat'] ([]: every event), step_key='')",
+      {torch::arg("log_dir"),
+       torch::arg("flush_interval") = 1.0,
+       torch::arg("max_buffer_bytes") = int64_t(32) << 20,
+       torch::arg("event_names") =
+           c10::IValue(c10::List<std::string>({std::string(kStatEventName)})),
+       torch::arg("step_key") = std::string()});
+  defineSinkMethods(cls)
+      .def(
+          "add_scalar",
+          [](const Self<S>& self,
+             std::string tag,
+             double value,
+             int64_t step,
+             std::optional<double> wallTime) {
+            self->get().addScalar(
+                tag,
+                value,
+                step,
+                wallTime.value_or(std::numeric_limits<double>::quiet_NaN()));
+          },
+          "Writes one point; wall_time None means now",
+          {torch::arg("tag"),
+           torch::arg("value"),
+           torch::arg("step"),
+           torch::arg("wall_time") = c10::IValue()})
+      .def("log_dir", [](const Self<S>& self) { return self->get().logdir(); })
+      .def(
+          "file_path",
+          [](const Self<S>& self) { return self->get().filePath(); })
+      .def_pickle(
+          [](const Self<S>& self) {
+            const auto& o = self->get().options();
+            return TensorBoardState(
+                kStateVersion,
+                self->get().logdir(),
+                secondsOf(o.flushInterval),
+                static_cast<int64_t>(o.maxBufferBytes),
+                o.eventNames,
+                o.stepKey);
+          },
+          [](TensorBoardState state) {
+            auto& [version, logdir, interval, bytes, names, stepKey] = state;
+            checkVersion(version, "TensorBoardWriter");
+            return makeTensorBoardWriter(
+                std::move(logdir),
+                interval,
+                bytes,
+                std::move(names),
+                std::move(stepKey));
+          });
+}
+
+Self<JsonLinesWriter> makeJsonLinesWriter(
+    std::string path,
+    double flushInterval,
+    int64_t maxBufferBytes,
+    std::vector<std::string> eventNames,
+    bool append) {
+  sinks::JsonLinesWriterOptions options;
+  options.flushInterval = sinks::flushIntervalFromSeconds(flushInterval);
+  options.maxBufferBytes = bufferBytes(maxBufferBytes);
+  options.eventNames = std::move(eventNames);
+  options.append = append;
+  return makeSink<JsonLinesWriter>(std::move(path), std::move(options));
+}
+
+void registerJsonLinesWriter(torch::Library& m) {
+  using S = JsonLinesWriter;
+  auto cls = m.class_<ScriptSink<S>>("JsonLinesWriter");
+  cls.def(
+      torch::init(&makeJsonLinesWriter),
+      "JsonLinesWriter(path, flush_interval=1.0, max_buffer_bytes=32 MiB, "
+      "event_names=[] (every event), append=True)",
+      {torch::arg("path"),
+       torch::arg("flush_interval") = 1.0,
+       torch::arg("max_buffer_bytes") = int64_t(32) << 20,
+       torch::arg("event_names") = c10::IValue(c10::List<std::string>()),
+       torch::arg("append") = true});
+  defineSinkMethods(cls)
+      .def("path", [](const Self<S>& self) { return self->get().path(); })
+      .def_pickle(
+          [](const Self<S>& self) {
+            const auto& o = self->get().options();
+            return JsonLinesState(
+                kStateVersion,
+                self->get().path(),
+                secondsOf(o.flushInterval),
+                static_cast<int64_t>(o.maxBufferBytes),
+                o.eventNames);
+          },
+          [](JsonLinesState state) {
+            auto& [version, path, interval, bytes, names] = state;
+            checkVersion(version, "JsonLinesWriter");
+            // Never truncate a log because a model was loaded.
+            return makeJsonLinesWriter(
+                std::move(path), interval, bytes, std::move(names), true);
+          });
+}
+
+Self<ConsoleHandler> makeConsoleHandler(
+    const std::string& stream,
+    std::vector<std::string> eventNames) {
+  return makeSink<ConsoleHandler>(
+      sinks::consoleStreamFromName(stream), std::move(eventNames));
+}
+
+void registerConsoleHandler(torch::Library& m) {
+  using S = ConsoleHandler;
+  auto cls = m.class_<ScriptSink<S>>("ConsoleHandler");
+  cls.def(
+      torch::init([](std::string stream, std::vector<std::string> names) {
+        return makeConsoleHandler(stream, std::move(names));
+      }),
+      "ConsoleHandler(stream='stderr', event_names=[] (every event))",
+      {torch::arg("stream") = std::string("stderr"),
+       torch::arg("event_names") = c10::IValue(c10::List<std::string>())});
+  defineSinkMethods(cls)
+      .def(
+          "stream",
+          [](const Self<S>& self) {
+            return std::string(sinks::consoleStreamName(self->get().stream()));
+          })
+      .def_pickle(
+          [](const Self<S>& self) {
+            return ConsoleState(
+                kStateVersion,
+                sinks::consoleStreamName(self->get().stream()),
+                self->get().eventNames());
+          },
+          [](ConsoleState state) {
+            auto& [version, stream, names] = state;
+            checkVersion(version, "ConsoleHandler");
+            return makeConsoleHandler(stream, std::move(names));
+          });
+}
+
+Self<MemoryHandler> makeMemoryHandler(
+    int64_t capacity,
+    std::vector<std::string> eventNames) {
+  TORCH_CHECK_VALUE(
+      capacity > 0, "MemoryHandler: capacity must be at least 1, got ", capacity);
+  return makeSink<MemoryHandler>(
+      static_cast<size_t>(capacity), std::move(eventNames));
+}
+
+void registerMemoryHandler(torch::Library& m) {
+  using S = MemoryHandler;
+  auto cls = m.class_<ScriptSink<S>>("MemoryHandler");
+  cls.def(
+      torch::init(&makeMemoryHandler),
+      "MemoryHandler(capacity=10000, event_names=[] (every event))",
+      {torch::arg("capacity") =
+           static_cast<int64_t>(MemoryHandler::kDefaultCapacity),
+       torch::arg("event_names") = c10::IValue(c10::List<std::string>())});
+  defineSinkMethods(cls)
+      .def(
+          "events",
+          [](const Self<S>& self) {
+            std::vector<c10::intrusive_ptr<ScriptEvent>> out;
+            for (Event& e : self->get().events()) {
+              out.push_back(c10::make_intrusive<ScriptEvent>(std::move(e)));
+            }
+            return out;
+          },
+          "The events held, oldest first")
+      .def("clear", [](const Self<S>& self) { self->get().clear(); })
+      .def(
+          "size",
+          [](const Self<S>& self) {
+            return static_cast<int64_t>(self->get().size());
+          })
+      .def(
+          "capacity",
+          [](const Self<S>& self) {
+            return static_cast<int64_t>(self->get().capacity());
+          })
+      .def_pickle(
+          [](const Self<S>& self) {
+            return MemoryState(
+                kStateVersion,
+                static_cast<int64_t>(self->get().capacity()),
+                self->get().eventNames());
+          },
+          [](MemoryState state) {
+            auto& [version, capacity, names] = state;
+            checkVersion(version, "MemoryHandler");
+            return makeMemoryHandler(capacity, std::move(names));
+          });
+}
+
+} // namespace
+
+void registerSinkClasses(torch::Library& m) {
+  registerTensorBoardWriter(m);
+  registerJsonLinesWriter(m);
+  registerConsoleHandler(m);
+  registerMemoryHandler(m);
+}
+
+} // namespace torch_monitor::script

@@ -1,0 +1,98 @@
+#include <torch_monitor/sinks/json_lines_writer.h>
+
+#include <c10/util/Exception.h>
+
+#include <torch_monitor/sinks/detail/buffered_file_writer.h>
+#include <torch_monitor/sinks/text_format.h>
+
+namespace torch_monitor::sinks {
+namespace {
+
+// Newlines inside strings are escaped, so a raw '\n' only ends a record.
+size_t lineEnd(std::string_view data, size_t pos) {
+  const size_t newline = data.find('\n', pos);
+  return newline == std::string_view::npos ? data.size() : newline + 1;
+}
+
+} // namespace
+
+struct JsonLinesWriter::Impl {
+  Impl(std::string file, JsonLinesWriterOptions opts, ProblemLog& problems)
+      : path(std::move(file)),
+        options(std::move(opts)),
+        filter(options.eventNames),
+        writer(
+            detail::FileLayout{
+                [this] { return path; },
+                [] { return std::string(); },
+                &lineEnd,
+                /*exclusive=*/false,
+                /*truncateFirst=*/!options.append},
+            detail::BufferOptions{
+                options.flushInterval, options.maxBufferBytes},
+            problems) {}
+
+  const std::string path;
+  const JsonLinesWriterOptions options;
+  const EventNameFilter filter;
+  detail::BufferedFileWriter writer;
+};
+
+JsonLinesWriter::JsonLinesWriter(std::string path, JsonLinesWriterOptions options)
+    : Sink("JsonLinesWriter('" + path + "')") {
+  TORCH_CHECK_VALUE(
+      !path.empty(),
+      "JsonLinesWriter: path is empty; pass the file to write, e.g. "
+      "\"runs/exp1/events.jsonl\"");
+  TORCH_CHECK_VALUE(
+      path.back() != '/',
+      "JsonLinesWriter: '",
+      path,
+      "' names a directory; pass a file path such as '",
+      path,
+      "events.jsonl'");
+  impl_ =
+      std::make_unique<Impl>(std::move(path), std::move(options), problemLog());
+  impl_->writer.start();
+}
+
+JsonLinesWriter::~JsonLinesWriter() {
+  close();
+}
+
+void JsonLinesWriter::handle(const Event& event) {
+  if (!impl_->filter.accepts(event.name)) {
+    return;
+  }
+  // Encoded outside the lock into a per-thread scratch (sorting keys and
+  // formatting numbers is the slow part); only the copy is serialised.
+  thread_local std::string line;
+  line.clear();
+  text::appendJsonLine(line, event);
+  impl_->writer.append([&](std::string& buffer) {
+    buffer.append(line);
+    return size_t(1);
+  });
+}
+
+void JsonLinesWriter::flush() {
+  impl_->writer.flush();
+}
+
+int64_t JsonLinesWriter::dropped() const {
+  return impl_->writer.dropped();
+}
+
+const std::string& JsonLinesWriter::path() const noexcept {
+  return impl_->path;
+}
+
+const JsonLinesWriterOptions& JsonLinesWriter::options() const noexcept {
+  return impl_->options;
+}
+
+void JsonLinesWriter::closeOutput() {
+  impl_->writer.close();
+}
+
+} // namespace torch_monitor::sinks

@@ -1,0 +1,240 @@
+#include <torch_monitor/sinks/tensorboard_writer.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <unordered_map>
+
+#include <unistd.h>
+
+#include <c10/util/Exception.h>
+
+#include <torch_monitor/sinks/detail/buffered_file_writer.h>
+#include <torch_monitor/sinks/tensorboard_format.h>
+
+namespace torch_monitor::sinks {
+namespace {
+
+double nowSeconds() {
+  return static_cast<double>(
+             toEpochMicros(std::chrono::system_clock::now())) /
+      1e6;
+}
+
+std::string hostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
+    return "localhost";
+  }
+  std::string host(name);
+  for (char& c : host) {
+    if (c == '/') {
+      c = '_'; // must stay one path component
+    }
+  }
+  return host;
+}
+
+// The <n> of the file name: unique per process, so that two writers on the
+// same directory within the same second never collide.
+std::atomic<uint64_t> gFileCounter{0};
+
+std::string eventFileName(const std::string& logdir) {
+  const auto seconds = static_cast<long long>(std::time(nullptr));
+  char stamp[32];
+  std::snprintf(stamp, sizeof(stamp), "%010lld", seconds);
+  static const std::string host = hostName();
+  return logdir + "/events.out.tfevents." + stamp + "." + host + "." +
+      std::to_string(::getpid()) + "." +
+      std::to_string(gFileCounter.fetch_add(1));
+}
+
+// End of the record containing byte `pos`, walking the length prefixes from
+// the start of `data` (which is a record boundary).
+size_t recordEnd(std::string_view data, size_t pos) {
+  size_t offset = 0;
+  while (offset + 8 <= data.size()) {
+    uint64_t length;
+    std::memcpy(&length, data.data() + offset, 8);
+    const size_t end = offset + 12 + static_cast<size_t>(length) + 4;
+    if (end > pos) {
+      return end;
+    }
+    offset = end;
+  }
+  return data.size();
+}
+
+} // namespace
+
+struct TensorBoardWriter::Impl {
+  Impl(std::string dir, TensorBoardWriterOptions opts, ProblemLog& problems)
+      : logdir(std::move(dir)),
+        options(std::move(opts)),
+        filter(options.eventNames),
+        writer(
+            detail::FileLayout{
+                [this] { return eventFileName(logdir); },
+                [] {
+                  std::string header;
+                  tensorboard::appendRecord(
+                      header, tensorboard::fileVersionEvent(nowSeconds()));
+                  return header;
+                },
+                &recordEnd,
+                /*exclusive=*/true,
+                /*truncateFirst=*/false},
+            detail::BufferOptions{
+                options.flushInterval, options.maxBufferBytes},
+            problems) {}
+
+  struct TagState {
+    explicit TagState(std::string_view tag) : encoded(tag) {}
+    tensorboard::ScalarTag encoded;
+    int64_t nextStep = 0;
+  };
+
+  // Called with the writer's buffer lock held.
+  TagState& tagState(const std::string& key) {
+    auto it = tags.find(key);
+    if (it == tags.end()) {
+      it = tags.emplace(key, TagState(key)).first;
+    }
+    return it->second;
+  }
+
+  const std::string logdir;
+  const TensorBoardWriterOptions options;
+  const EventNameFilter filter;
+  std::unordered_map<std::string, TagState> tags; // under the buffer lock
+  detail::BufferedFileWriter writer;
+};
+
+namespace {
+
+// The scalar written for a value, or false for values that have none.
+bool scalarOf(const data_value_t& value, double& out) {
+  switch (value.index()) {
+    case 1:
+      out = std::get<double>(value);
+      return true;
+    case 2:
+      out = static_cast<double>(std::get<int64_t>(value));
+      return true;
+    case 3:
+      out = std::get<bool>(value) ? 1.0 : 0.0;
+      return true;
+    default:
+      return false; // strings cannot be plotted
+  }
+}
+
+std::string describe(const std::string& logdir) {
+  return "TensorBoardWriter('" + logdir + "')";
+}
+
+} // namespace
+
+TensorBoardWriter::TensorBoardWriter(
+    std::string logdir,
+    TensorBoardWriterOptions options)
+    : Sink(describe(logdir)) {
+  TORCH_CHECK_VALUE(
+      !logdir.empty(),
+      "TensorBoardWriter: logdir is empty; pass the run's directory, e.g. "
+      "\"runs/exp1\"");
+  while (logdir.size() > 1 && logdir.back() == '/') {
+    logdir.pop_back();
+  }
+  impl_ = std::make_unique<Impl>(
+      std::move(logdir), std::move(options), problemLog());
+  impl_->writer.start();
+}
+
+TensorBoardWriter::~TensorBoardWriter() {
+  close();
+}
+
+void TensorBoardWriter::handle(const Event& event) {
+  Impl& impl = *impl_;
+  if (!impl.filter.accepts(event.name)) {
+    return;
+  }
+  // Integral microseconds: never NaN.
+  const double wallTime =
+      static_cast<double>(toEpochMicros(event.timestamp)) / 1e6;
+  bool haveStep = false;
+  int64_t step = 0;
+  if (!impl.options.stepKey.empty()) {
+    const auto it = event.data.find(impl.options.stepKey);
+    if (it != event.data.end() && std::holds_alternative<int64_t>(it->second)) {
+      haveStep = true;
+      step = std::get<int64_t>(it->second);
+    }
+  }
+  impl.writer.append([&](std::string& buffer) {
+    size_t records = 0;
+    for (const auto& [key, value] : event.data) {
+      double scalar;
+      if (!scalarOf(value, scalar) ||
+          (haveStep && key == impl.options.stepKey)) {
+        continue;
+      }
+      Impl::TagState& tag = impl.tagState(key);
+      const int64_t pointStep = haveStep ? step : tag.nextStep++;
+      tensorboard::appendScalarRecord(
+          buffer, wallTime, pointStep, tag.encoded, static_cast<float>(scalar));
+      ++records;
+    }
+    return records;
+  });
+}
+
+void TensorBoardWriter::addScalar(
+    std::string_view tag,
+    double value,
+    int64_t step,
+    double wallTime) {
+  if (!std::isfinite(wallTime)) {
+    wallTime = nowSeconds();
+  }
+  Impl& impl = *impl_;
+  const std::string key(tag);
+  impl.writer.append([&](std::string& buffer) {
+    tensorboard::appendScalarRecord(
+        buffer,
+        wallTime,
+        step,
+        impl.tagState(key).encoded,
+        static_cast<float>(value));
+    return size_t(1);
+  });
+}
+
+void TensorBoardWriter::flush() {
+  impl_->writer.flush();
+}
+
+int64_t TensorBoardWriter::dropped() const {
+  return impl_->writer.dropped();
+}
+
+const std::string& TensorBoardWriter::logdir() const noexcept {
+  return impl_->logdir;
+}
+
+const TensorBoardWriterOptions& TensorBoardWriter::options() const noexcept {
+  return impl_->options;
+}
+
+std::string TensorBoardWriter::filePath() const {
+  return impl_->writer.currentPath();
+}
+
+void TensorBoardWriter::closeOutput() {
+  impl_->writer.close();
+}
+
+} // namespace torch_monitor::sinks

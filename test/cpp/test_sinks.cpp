@@ -1,0 +1,1155 @@
+// The sinks: CRC-32C and TensorBoard record encoding against golden values,
+// JSON escaping and number formats, the memory/console/JSON Lines/TensorBoard
+// sinks end to end, and their fault paths (unwritable directory, failing
+// writes, vanished directory, full buffer, fork).
+//
+// The TensorBoard files are checked here with a minimal decoder; the real
+// oracle (TensorBoard's own reader) runs in test/python/test_sinks.py.
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <csignal>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <torch_monitor/sinks/crc32c.h>
+#include <torch_monitor/sinks/detail/buffered_file_writer.h>
+#include <torch_monitor/sinks/sinks.h>
+#include <torch_monitor/sinks/tensorboard_format.h>
+#include <torch_monitor/sinks/text_format.h>
+
+#include "test_support.h"
+
+namespace torch_monitor {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using sinks::crc32c;
+using sinks::maskCrc32c;
+using test::RecordingHandler;
+using test::ScopedHandler;
+
+// ---------------------------------------------------------------- helpers
+
+// A fresh directory under the system temp dir, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "tm_sinks_XXXXXX");
+    TORCH_INTERNAL_ASSERT(::mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const {
+    return path_;
+  }
+  std::string operator/(const std::string& name) const {
+    return (path_ / name).string();
+  }
+
+ private:
+  fs::path path_;
+};
+
+// Collects the warnings issued on this thread for its lifetime.
+class CapturedWarnings : public c10::WarningHandler {
+ public:
+  CapturedWarnings() : guard_(this) {}
+  void process(const c10::Warning& warning) override {
+    messages.push_back(warning.msg());
+  }
+  bool anyContains(const std::string& text) const {
+    for (const auto& m : messages) {
+      if (m.find(text) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  }
+  std::vector<std::string> messages;
+
+ private:
+  c10::WarningUtils::WarningHandlerGuard guard_;
+};
+
+// Makes every write of every BufferedFileWriter fail for the scope.
+class InjectedWriteError {
+ public:
+  explicit InjectedWriteError(int error) {
+    sinks::detail::BufferedFileWriter::setWriteErrorForTesting(error);
+  }
+  ~InjectedWriteError() {
+    sinks::detail::BufferedFileWriter::setWriteErrorForTesting(0);
+  }
+};
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::vector<std::string> filesIn(const fs::path& dir) {
+  std::vector<std::string> out;
+  if (!fs::exists(dir)) {
+    return out;
+  }
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    out.push_back(entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> linesOf(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+template <typename T>
+T loadLE(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// A decoded TensorBoard Event (only the fields the writer produces).
+struct DecodedEvent {
+  double wallTime = 0;
+  int64_t step = 0;
+  std::string fileVersion;
+  std::string tag;
+  float value = 0;
+  bool hasSummary = false;
+};
+
+uint64_t readVarint(const std::string& s, size_t& pos) {
+  uint64_t v = 0;
+  for (int shift = 0; pos < s.size(); shift += 7) {
+    const auto byte = static_cast<unsigned char>(s[pos++]);
+    v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) {
+      return v;
+    }
+  }
+  ADD_FAILURE() << "truncated varint";
+  return v;
+}
+
+std::string readBytes(const std::string& s, size_t& pos) {
+  const size_t n = readVarint(s, pos);
+  EXPECT_LE(pos + n, s.size());
+  std::string out = s.substr(pos, n);
+  pos += n;
+  return out;
+}
+
+DecodedEvent decodeEvent(const std::string& data) {
+  DecodedEvent e;
+  size_t pos = 0;
+  while (pos < data.size()) {
+    const auto key = static_cast<unsigned char>(data[pos++]);
+    switch (key) {
+      case 0x09:
+        e.wallTime = loadLE<double>(data.data() + pos);
+        pos += 8;
+        break;
+      case 0x10:
+        e.step = static_cast<int64_t>(readVarint(data, pos));
+        break;
+      case 0x1a:
+        e.fileVersion = readBytes(data, pos);
+        break;
+      case 0x2a: {
+        e.hasSummary = true;
+        const std::string summary = readBytes(data, pos);
+        size_t sp = 0;
+        EXPECT_EQ(summary[sp++], 0x0a);
+        const std::string value = readBytes(summary, sp);
+        EXPECT_EQ(sp, summary.size());
+        size_t vp = 0;
+        EXPECT_EQ(value[vp++], 0x0a);
+        e.tag = readBytes(value, vp);
+        EXPECT_EQ(value[vp++], 0x15);
+        e.value = loadLE<float>(value.data() + vp);
+        vp += 4;
+        EXPECT_EQ(vp, value.size());
+        break;
+      }
+      default:
+        ADD_FAILURE() << "unexpected protobuf key " << int(key);
+        return e;
+    }
+  }
+  return e;
+}
+
+// Splits a TFRecord file, checking both CRCs of every record; a truncated
+// last record is ignored (as TensorBoard does).
+std::vector<std::string> readRecords(const std::string& bytes) {
+  std::vector<std::string> records;
+  size_t pos = 0;
+  while (pos + 12 <= bytes.size()) {
+    const uint64_t length = loadLE<uint64_t>(bytes.data() + pos);
+    EXPECT_EQ(
+        loadLE<uint32_t>(bytes.data() + pos + 8),
+        maskCrc32c(crc32c(bytes.data() + pos, 8)))
+        << "length CRC at offset " << pos;
+    if (pos + 12 + length + 4 > bytes.size()) {
+      break;
+    }
+    const std::string data = bytes.substr(pos + 12, length);
+    EXPECT_EQ(
+        loadLE<uint32_t>(bytes.data() + pos + 12 + length),
+        maskCrc32c(crc32c(data.data(), data.size())))
+        << "data CRC at offset " << pos;
+    records.push_back(data);
+    pos += 12 + length + 4;
+  }
+  return records;
+}
+
+// Every scalar of every event file in `dir`, per tag, in file order; checks
+// that each file starts with the file_version record.
+std::map<std::string, std::vector<DecodedEvent>> readScalars(
+    const fs::path& dir) {
+  std::map<std::string, std::vector<DecodedEvent>> out;
+  for (const std::string& file : filesIn(dir)) {
+    EXPECT_NE(file.find("events.out.tfevents."), std::string::npos) << file;
+    const auto records = readRecords(readFile(file));
+    EXPECT_FALSE(records.empty()) << file;
+    for (size_t i = 0; i < records.size(); ++i) {
+      const DecodedEvent e = decodeEvent(records[i]);
+      EXPECT_FALSE(std::isnan(e.wallTime));
+      if (i == 0) {
+        EXPECT_EQ(e.fileVersion, "brain.Event:2") << file;
+        continue;
+      }
+      EXPECT_TRUE(e.hasSummary);
+      out[e.tag].push_back(e);
+    }
+  }
+  return out;
+}
+
+Event statEvent(
+    std::map<std::string, data_value_t> data,
+    int64_t micros = 1714566896123456) {
+  Event e;
+  e.name = kStatEventName;
+  e.timestamp = fromEpochMicros(micros);
+  for (auto& [k, v] : data) {
+    e.data.emplace(k, v);
+  }
+  return e;
+}
+
+sinks::TensorBoardWriterOptions slowFlush() {
+  sinks::TensorBoardWriterOptions o;
+  o.flushInterval = std::chrono::hours(1); // only explicit flushes write
+  return o;
+}
+
+// ---------------------------------------------------------------- CRC-32C
+
+TEST(SinkCrc32c, GoldenValues) {
+  const std::string zeros(32, '\0');
+  EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8a9136aau);
+  EXPECT_EQ(crc32c("123456789", 9), 0xe3069283u);
+  const std::string ones(32, '\xff');
+  EXPECT_EQ(crc32c(ones.data(), ones.size()), 0x62a8ab43u);
+  std::string up(32, '\0');
+  std::string down(32, '\0');
+  for (int i = 0; i < 32; ++i) {
+    up[i] = static_cast<char>(i);
+    down[i] = static_cast<char>(31 - i);
+  }
+  EXPECT_EQ(crc32c(up.data(), up.size()), 0x46dd794eu);
+  EXPECT_EQ(crc32c(down.data(), down.size()), 0x113fdb5cu);
+  EXPECT_EQ(crc32c("", 0), 0u);
+}
+
+TEST(SinkCrc32c, ImplementationsAgreeOnEveryLengthAndAlignment) {
+  std::mt19937 rng(7);
+  std::string data(600, '\0');
+  for (char& c : data) {
+    c = static_cast<char>(rng());
+  }
+  const bool hw = sinks::detail::hardwareCrc32cAvailable();
+  for (size_t offset = 0; offset < 8; ++offset) {
+    for (size_t len = 0; len + offset <= 300; ++len) {
+      const char* p = data.data() + offset;
+      const uint32_t portable = sinks::detail::crc32cPortable(p, len, 0);
+      EXPECT_EQ(crc32c(p, len), portable) << offset << "/" << len;
+      if (hw) {
+        EXPECT_EQ(sinks::detail::crc32cHardware(p, len, 0), portable)
+            << offset << "/" << len;
+      }
+    }
+  }
+}
+
+TEST(SinkCrc32c, ContinuesAPreviousResult) {
+  const std::string a = "hello, ";
+  const std::string b = "tensorboard";
+  const std::string ab = a + b;
+  EXPECT_EQ(
+      crc32c(b.data(), b.size(), crc32c(a.data(), a.size())),
+      crc32c(ab.data(), ab.size()));
+}
+
+TEST(SinkCrc32c, Mask) {
+  EXPECT_EQ(maskCrc32c(0), 0xa282ead8u);
+  // tensorboard.compat...masked_crc32c(b"123456789")
+  EXPECT_EQ(maskCrc32c(0xe3069283u), 0xc78ab0e5u);
+  EXPECT_EQ(maskCrc32c(0x8a9136aau), 0x0fd7fffau);
+}
+
+// ---------------------------------------------------------------- TensorBoard encoding
+
+TEST(SinkTensorBoardFormat, Varints) {
+  using sinks::tensorboard::appendVarint;
+  using sinks::tensorboard::varintSize;
+  const std::vector<std::pair<uint64_t, std::string>> cases = {
+      {0, std::string("\x00", 1)},
+      {1, "\x01"},
+      {127, "\x7f"},
+      {128, "\x80\x01"},
+      {300, "\xac\x02"},
+      {16384, "\x80\x80\x01"},
+      {uint64_t(int64_t(-1)), "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"},
+  };
+  for (const auto& [value, bytes] : cases) {
+    std::string out;
+    appendVarint(out, value);
+    EXPECT_EQ(out, bytes) << value;
+    EXPECT_EQ(varintSize(value), bytes.size()) << value;
+  }
+  EXPECT_EQ(varintSize(std::numeric_limits<int64_t>::max()), 9u);
+}
+
+TEST(SinkTensorBoardFormat, RecordFraming) {
+  std::string out;
+  sinks::tensorboard::appendRecord(out, "abc");
+  ASSERT_EQ(out.size(), 8u + 4 + 3 + 4);
+  EXPECT_EQ(loadLE<uint64_t>(out.data()), 3u);
+  EXPECT_EQ(loadLE<uint32_t>(out.data() + 8), maskCrc32c(crc32c(out.data(), 8)));
+  EXPECT_EQ(out.substr(12, 3), "abc");
+  EXPECT_EQ(loadLE<uint32_t>(out.data() + 15), maskCrc32c(crc32c("abc", 3)));
+
+  std::string empty;
+  sinks::tensorboard::appendRecord(empty, "");
+  ASSERT_EQ(empty.size(), 16u);
+  const std::string zeros(8, '\0');
+  EXPECT_EQ(empty.substr(0, 8), zeros);
+  EXPECT_EQ(loadLE<uint32_t>(empty.data() + 8), maskCrc32c(crc32c(zeros.data(), 8)));
+  EXPECT_EQ(loadLE<uint32_t>(empty.data() + 12), maskCrc32c(0));
+}
+
+TEST(SinkTensorBoardFormat, FileVersionEventBytes) {
+  const std::string e = sinks::tensorboard::fileVersionEvent(1.5);
+  const std::string expected = std::string("\x09", 1) +
+      std::string("\x00\x00\x00\x00\x00\x00\xf8\x3f", 8) + "\x1a\x0d" +
+      "brain.Event:2";
+  EXPECT_EQ(e, expected);
+}
+
+TEST(SinkTensorBoardFormat, ScalarEventBytes) {
+  // wall_time 1.5, step 0 (omitted), tag "a", value 2.0f.
+  const std::string value = std::string("\x0a\x01" "a" "\x15", 4) +
+      std::string("\x00\x00\x00\x40", 4);
+  const std::string summary = "\x0a" + std::string(1, char(value.size())) + value;
+  const std::string head = std::string("\x09", 1) +
+      std::string("\x00\x00\x00\x00\x00\x00\xf8\x3f", 8);
+  EXPECT_EQ(
+      sinks::tensorboard::scalarEvent(1.5, 0, "a", 2.0f),
+      head + "\x2a" + std::string(1, char(summary.size())) + summary);
+  // A non-zero step comes between wall_time and summary.
+  EXPECT_EQ(
+      sinks::tensorboard::scalarEvent(1.5, 300, "a", 2.0f),
+      head + "\x10\xac\x02" + "\x2a" + std::string(1, char(summary.size())) +
+          summary);
+  const DecodedEvent d =
+      decodeEvent(sinks::tensorboard::scalarEvent(-3.25, 1234567, "x/y", -0.5f));
+  EXPECT_EQ(d.wallTime, -3.25);
+  EXPECT_EQ(d.step, 1234567);
+  EXPECT_EQ(d.tag, "x/y");
+  EXPECT_EQ(d.value, -0.5f);
+}
+
+TEST(SinkTensorBoardFormat, InPlaceRecordEqualsComposedRecord) {
+  const std::vector<std::string> tags = {
+      "", "loss.mean", std::string(127, 't'), std::string(200, 'u'),
+      std::string(20000, 'v')};
+  const std::vector<int64_t> steps = {
+      0, 1, 127, 128, std::numeric_limits<int64_t>::max(), -1};
+  for (const auto& tag : tags) {
+    const sinks::tensorboard::ScalarTag encoded(tag);
+    for (int64_t step : steps) {
+      std::string composed = "prefix";
+      sinks::tensorboard::appendRecord(
+          composed, sinks::tensorboard::scalarEvent(12.5, step, tag, 0.25f));
+      std::string inPlace = "prefix";
+      sinks::tensorboard::appendScalarRecord(inPlace, 12.5, step, encoded, 0.25f);
+      EXPECT_EQ(inPlace, composed) << tag.size() << " " << step;
+    }
+  }
+}
+
+TEST(SinkTensorBoardFormat, ScalarTagRepairsInvalidUtf8) {
+  const sinks::tensorboard::ScalarTag tag(std::string("a\xff" "b", 3));
+  EXPECT_EQ(tag.tag(), "a\xEF\xBF\xBD" "b");
+  EXPECT_TRUE(sinks::text::isValidUtf8(tag.tag()));
+}
+
+// ---------------------------------------------------------------- text formats
+
+std::string jsonString(std::string_view s) {
+  std::string out;
+  sinks::text::appendJsonString(out, s);
+  return out;
+}
+
+std::string repaired(std::string_view s) {
+  std::string out;
+  sinks::text::appendUtf8Repaired(out, s);
+  return out;
+}
+
+const std::string kFFFD = "\xEF\xBF\xBD";
+
+TEST(SinkJson, EscapesQuotesBackslashesAndControls) {
+  EXPECT_EQ(jsonString("plain"), "\"plain\"");
+  EXPECT_EQ(jsonString("a\"b\\c"), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(jsonString("l1\nl2\r\t\b\f"), "\"l1\\nl2\\r\\t\\b\\f\"");
+  EXPECT_EQ(jsonString(std::string("\x00\x01\x1f", 3)), "\"\\u0000\\u0001\\u001f\"");
+  EXPECT_EQ(jsonString("\x7f"), "\"\x7f\""); // DEL is valid in JSON
+  EXPECT_EQ(jsonString("/"), "\"/\"");
+}
+
+TEST(SinkJson, KeepsValidUtf8) {
+  const std::string text = "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xEF\xBF\xBF";
+  EXPECT_TRUE(sinks::text::isValidUtf8(text));
+  EXPECT_EQ(jsonString(text), "\"" + text + "\"");
+}
+
+TEST(SinkJson, ReplacesInvalidUtf8LikePython) {
+  // Expected results are Python's bytes.decode("utf-8", "replace").
+  EXPECT_EQ(repaired("\xff"), kFFFD);
+  EXPECT_EQ(repaired("a\x80" "b"), "a" + kFFFD + "b");
+  EXPECT_EQ(repaired("\xC0\xAF"), kFFFD + kFFFD); // overlong '/'
+  EXPECT_EQ(repaired("\xE2\x82"), kFFFD); // truncated euro sign
+  EXPECT_EQ(repaired("\xE2\x82" "x"), kFFFD + "x");
+  EXPECT_EQ(repaired("\xED\xA0\x80"), kFFFD + kFFFD + kFFFD); // surrogate
+  EXPECT_EQ(repaired("\xF0\x9F\x98"), kFFFD); // truncated emoji
+  EXPECT_EQ(repaired("\xF4\x90\x80\x80"), kFFFD + kFFFD + kFFFD + kFFFD);
+  EXPECT_EQ(repaired("\xF5"), kFFFD);
+  EXPECT_EQ(repaired("\xE0\x80\x80"), kFFFD + kFFFD + kFFFD);
+  EXPECT_FALSE(sinks::text::isValidUtf8("\xED\xA0\x80"));
+  EXPECT_EQ(jsonString("\"\xff\n"), "\"\\\"" + kFFFD + "\\n\"");
+}
+
+TEST(SinkJson, EscapedOutputIsAlwaysOneLineOfValidUtf8) {
+  std::mt19937 rng(11);
+  for (int i = 0; i < 2000; ++i) {
+    std::string s(rng() % 40, '\0');
+    for (char& c : s) {
+      c = static_cast<char>(rng());
+    }
+    const std::string out = jsonString(s);
+    EXPECT_TRUE(sinks::text::isValidUtf8(out));
+    EXPECT_EQ(out.find('\n'), std::string::npos);
+    for (unsigned char c : out) {
+      EXPECT_GE(c, 0x20);
+    }
+  }
+}
+
+TEST(SinkJson, Numbers) {
+  auto d = [](double v) {
+    std::string out;
+    sinks::text::appendJsonDouble(out, v);
+    return out;
+  };
+  EXPECT_EQ(d(2.0), "2.0");
+  EXPECT_EQ(d(0.1), "0.1");
+  EXPECT_EQ(d(-0.0), "-0.0");
+  EXPECT_EQ(d(1e300), "1e+300");
+  EXPECT_EQ(d(1.0 / 3.0), "0.3333333333333333");
+  EXPECT_EQ(d(std::nan("")), "\"NaN\"");
+  EXPECT_EQ(d(INFINITY), "\"Infinity\"");
+  EXPECT_EQ(d(-INFINITY), "\"-Infinity\"");
+  std::string i;
+  sinks::text::appendInt(i, std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(i, "-9223372036854775808");
+}
+
+TEST(SinkJson, Timestamps) {
+  auto iso = [](int64_t us) {
+    std::string out;
+    sinks::text::appendIso8601Utc(out, us);
+    return out;
+  };
+  auto epoch = [](int64_t us) {
+    std::string out;
+    sinks::text::appendEpochSeconds(out, us);
+    return out;
+  };
+  EXPECT_EQ(iso(0), "1970-01-01T00:00:00.000000Z");
+  EXPECT_EQ(iso(1714566896123456), "2024-05-01T12:34:56.123456Z");
+  EXPECT_EQ(iso(951782400000000), "2000-02-29T00:00:00.000000Z");
+  EXPECT_EQ(iso(-1), "1969-12-31T23:59:59.999999Z");
+  EXPECT_EQ(epoch(1714566896123456), "1714566896.123456");
+  EXPECT_EQ(epoch(100000), "0.100000");
+  EXPECT_EQ(epoch(-1), "-0.000001");
+}
+
+TEST(SinkJson, EventLine) {
+  Event e = statEvent(
+      {{"z", int64_t(-3)},
+       {"a", 0.5},
+       {"flag", true},
+       {"s", std::string("x\"y")},
+       {"whole", 4.0}});
+  e.name = "my\nevent";
+  std::string line;
+  sinks::text::appendJsonLine(line, e);
+  EXPECT_EQ(
+      line,
+      "{\"name\":\"my\\nevent\",\"timestamp\":\"2024-05-01T12:34:56.123456Z\","
+      "\"epoch_seconds\":1714566896.123456,\"data\":{\"a\":0.5,\"flag\":true,"
+      "\"s\":\"x\\\"y\",\"whole\":4.0,\"z\":-3}}\n");
+}
+
+TEST(SinkConsole, Line) {
+  Event e = statEvent(
+      {{"loss.mean", 0.25}, {"n", int64_t(3)}, {"ok", false}, {"s", std::string("a b")}});
+  std::string line;
+  sinks::text::appendConsoleLine(line, e);
+  EXPECT_EQ(
+      line,
+      "2024-05-01T12:34:56.123456Z torch.monitor.Stat loss.mean=0.25 n=3 "
+      "ok=false s=\"a b\"\n");
+}
+
+// ---------------------------------------------------------------- memory handler
+
+TEST(SinkMemory, RingKeepsTheLastEventsInOrder) {
+  auto memory = std::make_shared<sinks::MemoryHandler>(3);
+  for (int64_t i = 0; i < 5; ++i) {
+    memory->handle(statEvent({{"i", i}}));
+  }
+  const auto events = memory->events();
+  ASSERT_EQ(events.size(), 3u);
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(std::get<int64_t>(events[i].data.at("i")), i + 2);
+  }
+  EXPECT_EQ(memory->dropped(), 2);
+  EXPECT_EQ(memory->size(), 3u);
+  memory->clear();
+  EXPECT_EQ(memory->size(), 0u);
+  memory->handle(statEvent({{"i", int64_t(9)}}));
+  ASSERT_EQ(memory->events().size(), 1u);
+  EXPECT_EQ(std::get<int64_t>(memory->events()[0].data.at("i")), 9);
+}
+
+TEST(SinkMemory, FilterRegisterSelfAndClose) {
+  auto memory = std::make_shared<sinks::MemoryHandler>(
+      10, std::vector<std::string>{"wanted"});
+  memory->registerSelf();
+  memory->registerSelf(); // idempotent: events still arrive once
+  EXPECT_TRUE(memory->registeredSelf());
+  Event wanted;
+  wanted.name = "wanted";
+  Event other;
+  other.name = "other";
+  logEvent(wanted);
+  logEvent(other);
+  EXPECT_EQ(memory->size(), 1u);
+  memory->close(); // unregisters
+  EXPECT_FALSE(memory->registeredSelf());
+  logEvent(wanted);
+  memory->handle(wanted); // closed: ignored
+  EXPECT_EQ(memory->size(), 1u);
+  EXPECT_THROW(memory->registerSelf(), c10::ValueError);
+}
+
+TEST(SinkMemory, RegisterSelfNeedsSharedOwnership) {
+  sinks::MemoryHandler onStack(1);
+  EXPECT_THROW(onStack.registerSelf(), c10::ValueError);
+}
+
+TEST(SinkMemory, BadCapacity) {
+  test::expectValueError(
+      [] { sinks::MemoryHandler(0); }, {"capacity", "at least 1"});
+}
+
+// ---------------------------------------------------------------- console handler
+
+TEST(SinkConsole, WritesOneLinePerEventToStdout) {
+  auto console = std::make_shared<sinks::ConsoleHandler>(sinks::ConsoleStream::Stdout);
+  ::testing::internal::CaptureStdout();
+  console->handle(statEvent({{"x", 1.5}}));
+  Event e;
+  e.name = "two\nlines";
+  e.timestamp = fromEpochMicros(0);
+  console->handle(e);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(
+      out,
+      "2024-05-01T12:34:56.123456Z torch.monitor.Stat x=1.5\n"
+      "1970-01-01T00:00:00.000000Z two\\nlines\n");
+  EXPECT_EQ(console->dropped(), 0);
+}
+
+TEST(SinkConsole, ClosedPipeIsAWarningNotASignal) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const int savedStdout = ::dup(STDOUT_FILENO);
+  ::dup2(fds[1], STDOUT_FILENO);
+  ::close(fds[1]);
+  ::close(fds[0]); // nobody reads: writes fail with EPIPE
+  auto console = std::make_shared<sinks::ConsoleHandler>(sinks::ConsoleStream::Stdout);
+  {
+    CapturedWarnings warnings;
+    console->handle(statEvent({{"x", 1.0}}));
+    console->handle(statEvent({{"x", 2.0}}));
+    EXPECT_EQ(warnings.messages.size(), 1u);
+  }
+  ::dup2(savedStdout, STDOUT_FILENO);
+  ::close(savedStdout);
+  EXPECT_EQ(console->dropped(), 2);
+  ASSERT_EQ(console->problems().size(), 1u);
+  EXPECT_NE(console->problems()[0].find("stdout"), std::string::npos);
+}
+
+TEST(SinkConsole, StreamNames) {
+  EXPECT_EQ(sinks::consoleStreamFromName("stdout"), sinks::ConsoleStream::Stdout);
+  EXPECT_EQ(sinks::consoleStreamFromName("stderr"), sinks::ConsoleStream::Stderr);
+  test::expectValueError(
+      [] { sinks::consoleStreamFromName("stdin"); }, {"stdout", "stderr", "stdin"});
+}
+
+// ---------------------------------------------------------------- TensorBoard writer
+
+TEST(SinkTensorBoardWriter, WritesStatValuesWithPerTagSteps) {
+  TempDir dir;
+  const std::string logdir = dir / "run/nested";
+  {
+    auto tb = std::make_shared<sinks::TensorBoardWriter>(logdir);
+    const auto files = filesIn(logdir);
+    ASSERT_EQ(files.size(), 1u); // created eagerly
+    EXPECT_EQ(tb->filePath(), files[0]);
+    const std::string name = fs::path(files[0]).filename().string();
+    // events.out.tfevents.<10 digits>.<host>.<pid>.<n>
+    ASSERT_EQ(name.rfind("events.out.tfevents.", 0), 0u);
+    EXPECT_EQ(name.find('.', 20), 30u);
+    EXPECT_NE(name.find("." + std::to_string(::getpid()) + "."), std::string::npos);
+
+    tb->handle(statEvent(
+        {{"loss.mean", 0.5},
+         {"n", int64_t(7)},
+         {"ok", true},
+         {"label", std::string("skipped")}},
+        1000000));
+    tb->handle(statEvent({{"loss.mean", 0.25}, {"ok", false}}, 2000000));
+    Event other;
+    other.name = "not a stat";
+    other.data["loss.mean"] = 99.0;
+    tb->handle(other); // not written: only Stat events by default
+  } // destructor flushes
+  const auto scalars = readScalars(logdir);
+  ASSERT_EQ(scalars.size(), 3u);
+  const auto& loss = scalars.at("loss.mean");
+  ASSERT_EQ(loss.size(), 2u);
+  EXPECT_EQ(loss[0].step, 0);
+  EXPECT_EQ(loss[0].value, 0.5f);
+  EXPECT_EQ(loss[0].wallTime, 1.0);
+  EXPECT_EQ(loss[1].step, 1);
+  EXPECT_EQ(loss[1].value, 0.25f);
+  EXPECT_EQ(loss[1].wallTime, 2.0);
+  EXPECT_EQ(scalars.at("n").at(0).value, 7.0f);
+  const auto& ok = scalars.at("ok");
+  ASSERT_EQ(ok.size(), 2u);
+  EXPECT_EQ(ok[0].value, 1.0f);
+  EXPECT_EQ(ok[1].value, 0.0f);
+  EXPECT_EQ(ok[1].step, 1);
+}
+
+TEST(SinkTensorBoardWriter, StepKeyEventNamesAndAddScalar) {
+  TempDir dir;
+  sinks::TensorBoardWriterOptions options = slowFlush();
+  options.eventNames = {"train"};
+  options.stepKey = "step";
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(dir / "tb", options);
+  Event e;
+  e.name = "train";
+  e.timestamp = fromEpochMicros(5000000);
+  e.data["step"] = int64_t(40);
+  e.data["acc"] = 0.75;
+  tb->handle(e);
+  tb->handle(statEvent({{"acc", 0.1}})); // not in event_names
+  tb->addScalar("direct", 3.0, int64_t(1) << 40, 7.5);
+  tb->addScalar("now", 1.0, 0); // NaN wall time -> now
+  tb->close();
+  const auto scalars = readScalars(dir / "tb");
+  EXPECT_EQ(scalars.count("step"), 0u);
+  ASSERT_EQ(scalars.at("acc").size(), 1u);
+  EXPECT_EQ(scalars.at("acc")[0].step, 40);
+  EXPECT_EQ(scalars.at("acc")[0].wallTime, 5.0);
+  EXPECT_EQ(scalars.at("direct")[0].step, int64_t(1) << 40);
+  EXPECT_EQ(scalars.at("direct")[0].wallTime, 7.5);
+  const double now =
+      static_cast<double>(toEpochMicros(std::chrono::system_clock::now())) / 1e6;
+  EXPECT_NEAR(scalars.at("now")[0].wallTime, now, 60.0);
+}
+
+TEST(SinkTensorBoardWriter, RegisteredWriterReceivesStatWindows) {
+  TempDir dir;
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(dir / "tb", slowFlush());
+  {
+    ScopedHandler registration(tb);
+    test::FakeClock clock(0);
+    Stat<double> stat("loss", {Aggregation::MEAN, Aggregation::COUNT}, 1000ms);
+    for (int window = 0; window < 3; ++window) {
+      stat.add(window);
+      stat.add(window + 1.0);
+      clock.advance(1000);
+      stat.add(0.0); // closes the window
+    }
+  }
+  tb->close();
+  const auto scalars = readScalars(dir / "tb");
+  ASSERT_GE(scalars.at("loss.mean").size(), 2u);
+  EXPECT_EQ(scalars.at("loss.mean")[0].value, 0.5f);
+  EXPECT_EQ(scalars.at("loss.mean")[1].step, 1);
+}
+
+TEST(SinkTensorBoardWriter, ConcurrentProducersLoseNothing) {
+  TempDir dir;
+  sinks::TensorBoardWriterOptions options;
+  options.flushInterval = 5ms; // flushes race with appends
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(dir / "tb", options);
+  constexpr int kThreads = 4;
+  constexpr int kEvents = 5000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEvents; ++i) {
+        tb->handle(statEvent(
+            {{"shared", double(i)}, {"own." + std::to_string(t), double(i)}}));
+      }
+    });
+  }
+  for (auto& th : threads) {
+    th.join();
+  }
+  tb->close();
+  EXPECT_EQ(tb->dropped(), 0);
+  const auto scalars = readScalars(dir / "tb");
+  const auto& shared = scalars.at("shared");
+  ASSERT_EQ(shared.size(), size_t(kThreads * kEvents));
+  for (size_t i = 0; i < shared.size(); ++i) {
+    EXPECT_EQ(shared[i].step, int64_t(i)); // one counter, no step twice
+  }
+  for (int t = 0; t < kThreads; ++t) {
+    const auto& own = scalars.at("own." + std::to_string(t));
+    ASSERT_EQ(own.size(), size_t(kEvents));
+    for (int i = 0; i < kEvents; ++i) {
+      EXPECT_EQ(own[i].value, float(i));
+      EXPECT_EQ(own[i].step, i);
+    }
+  }
+}
+
+TEST(SinkTensorBoardWriter, BackgroundThreadFlushesWithoutBeingAsked) {
+  TempDir dir;
+  sinks::TensorBoardWriterOptions options;
+  options.flushInterval = 20ms;
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(dir / "tb", options);
+  tb->handle(statEvent({{"x", 1.0}}));
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  size_t found = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    found = readScalars(dir / "tb")["x"].size();
+    if (found == 1) {
+      break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(found, 1u);
+}
+
+TEST(SinkTensorBoardWriter, BadArguments) {
+  test::expectValueError(
+      [] { sinks::TensorBoardWriter(""); }, {"logdir is empty"});
+  sinks::TensorBoardWriterOptions options;
+  options.flushInterval = 0ms;
+  TempDir dir;
+  test::expectValueError(
+      [&] { sinks::TensorBoardWriter(dir / "x", options); }, {"flush interval"});
+  test::expectValueError(
+      [] { sinks::flushIntervalFromSeconds(0.0); }, {"flush_interval"});
+  test::expectValueError(
+      [] { sinks::flushIntervalFromSeconds(std::nan("")); }, {"flush_interval"});
+  EXPECT_EQ(sinks::flushIntervalFromSeconds(0.25), 250ms);
+}
+
+// ---------------------------------------------------------------- faults
+
+TEST(SinkFaults, UnwritableDirectoryWarnsOnceAndTrainingGoesOn) {
+  TempDir dir;
+  // A directory below a regular file can never be created, even by root.
+  const std::string blocker = dir / "a_file";
+  std::ofstream(blocker) << "x";
+  const std::string logdir = blocker + "/logs";
+
+  auto recorder = std::make_shared<RecordingHandler>();
+  std::shared_ptr<sinks::TensorBoardWriter> tb;
+  {
+    CapturedWarnings warnings;
+    tb = std::make_shared<sinks::TensorBoardWriter>(logdir, slowFlush());
+    ASSERT_EQ(warnings.messages.size(), 1u);
+    EXPECT_TRUE(warnings.anyContains("cannot create the directory"));
+    EXPECT_TRUE(warnings.anyContains(blocker));
+    EXPECT_TRUE(warnings.anyContains("retried"));
+  }
+  ScopedHandler first(tb);
+  ScopedHandler second(recorder);
+  {
+    CapturedWarnings warnings;
+    for (int i = 0; i < 100; ++i) {
+      EXPECT_NO_THROW(logEvent(statEvent({{"x", double(i)}})));
+      tb->flush(); // retried, not warned again
+    }
+    EXPECT_TRUE(warnings.messages.empty());
+  }
+  EXPECT_EQ(recorder->size(), 100u);
+  EXPECT_EQ(tb->problems().size(), 1u);
+  EXPECT_EQ(tb->filePath(), "");
+
+  // Once the directory can be created, the kept events are written.
+  fs::remove(blocker);
+  tb->flush();
+  EXPECT_EQ(readScalars(logdir)["x"].size(), 100u);
+}
+
+TEST(SinkFaults, FailingWritesAreRetriedWithoutLoss) {
+  TempDir dir;
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(dir / "tb", slowFlush());
+  {
+    InjectedWriteError full(ENOSPC);
+    CapturedWarnings warnings;
+    for (int i = 0; i < 10; ++i) {
+      tb->handle(statEvent({{"x", double(i)}}));
+      tb->flush();
+    }
+    ASSERT_EQ(warnings.messages.size(), 1u);
+    EXPECT_TRUE(warnings.anyContains("No space left on device"));
+  }
+  tb->flush(); // the disk has room again
+  const auto xs = readScalars(dir / "tb")["x"];
+  ASSERT_EQ(xs.size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(xs[i].step, i);
+  }
+  EXPECT_EQ(tb->dropped(), 0);
+}
+
+// A file size limit makes write(2) stop part-way through a record (then fail
+// with EFBIG), exactly as a disk filling up does.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    previousHandler_ = std::signal(SIGXFSZ, SIG_IGN);
+    ::getrlimit(RLIMIT_FSIZE, &previous_);
+    rlimit limit = previous_;
+    limit.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &previous_);
+    std::signal(SIGXFSZ, previousHandler_);
+  }
+
+ private:
+  rlimit previous_{};
+  void (*previousHandler_)(int) = nullptr;
+};
+
+TEST(SinkFaults, PartWrittenRecordIsCompletedOnRetry) {
+  TempDir dir;
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(dir / "tb", slowFlush());
+  const size_t headerSize = fs::file_size(tb->filePath());
+  {
+    FileSizeLimit limit(headerSize + 100); // a record is ~40 bytes
+    CapturedWarnings warnings;
+    for (int i = 0; i < 10; ++i) {
+      tb->handle(statEvent({{"x", double(i)}}));
+    }
+    tb->flush();
+    EXPECT_TRUE(warnings.anyContains("File too large"));
+    const size_t size = fs::file_size(tb->filePath());
+    EXPECT_EQ(size, headerSize + 100);
+    // The file now ends inside a record; TensorBoard would read the whole
+    // records before it.
+    EXPECT_EQ(readRecords(readFile(tb->filePath())).size(), 3u);
+  }
+  tb->close();
+  const auto xs = readScalars(dir / "tb")["x"];
+  ASSERT_EQ(xs.size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(xs[i].value, float(i));
+  }
+}
+
+TEST(SinkFaults, PartWrittenLineIsCompletedOnRetry) {
+  TempDir dir;
+  const std::string path = dir / "e.jsonl";
+  sinks::JsonLinesWriterOptions options;
+  options.flushInterval = std::chrono::hours(1);
+  auto writer = std::make_shared<sinks::JsonLinesWriter>(path, options);
+  {
+    FileSizeLimit limit(150); // a line is ~110 bytes
+    CapturedWarnings warnings;
+    for (int i = 0; i < 5; ++i) {
+      writer->handle(statEvent({{"a", int64_t(i)}}));
+    }
+    writer->flush();
+    EXPECT_EQ(fs::file_size(path), 150u);
+    EXPECT_EQ(warnings.messages.size(), 1u);
+  }
+  writer->close();
+  const auto lines = linesOf(readFile(path));
+  ASSERT_EQ(lines.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_NE(lines[i].find("\"a\":" + std::to_string(i) + "}"), std::string::npos)
+        << lines[i];
+  }
+}
+
+TEST(SinkFaults, FullBufferDropsAndCounts) {
+  TempDir dir;
+  sinks::TensorBoardWriterOptions options = slowFlush();
+  options.maxBufferBytes = 2000;
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(dir / "tb", options);
+  {
+    InjectedWriteError failing(EIO);
+    CapturedWarnings warnings;
+    for (int i = 0; i < 200; ++i) {
+      tb->handle(statEvent({{"x", double(i)}}));
+    }
+    tb->flush();
+    for (int i = 0; i < 200; ++i) {
+      tb->handle(statEvent({{"x", double(i)}}));
+    }
+    // The drop is seen by this thread; the failed write maybe by the
+    // flusher (woken early by the filling buffer), which warns on its own
+    // thread: `problems` has both either way.
+    EXPECT_TRUE(warnings.anyContains("buffer is full"));
+  }
+  const auto problems = tb->problems();
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_NE(
+      (problems[0] + problems[1]).find("Input/output error"), std::string::npos);
+  EXPECT_GT(tb->dropped(), 300);
+  tb->close();
+  const auto xs = readScalars(dir / "tb")["x"];
+  EXPECT_EQ(int64_t(xs.size()) + tb->dropped(), 400);
+}
+
+TEST(SinkFaults, VanishedDirectoryIsRecreated) {
+  TempDir dir;
+  const fs::path logdir = dir.path() / "tb";
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(logdir.string(), slowFlush());
+  tb->handle(statEvent({{"x", 1.0}}));
+  tb->flush();
+  const std::string firstFile = tb->filePath();
+  fs::remove_all(logdir);
+  {
+    CapturedWarnings warnings;
+    tb->handle(statEvent({{"x", 2.0}}));
+    tb->flush();
+    EXPECT_TRUE(warnings.anyContains("was removed while writing"));
+  }
+  tb->handle(statEvent({{"x", 3.0}}));
+  tb->close();
+  EXPECT_NE(tb->filePath(), firstFile);
+  const auto xs = readScalars(logdir)["x"];
+  ASSERT_EQ(xs.size(), 2u); // the first point went with the removed file
+  EXPECT_EQ(xs[0].value, 2.0f);
+  EXPECT_EQ(xs[1].value, 3.0f);
+  EXPECT_EQ(xs[1].step, 2);
+}
+
+TEST(SinkFaults, ThrowingNeighbourDoesNotStopOtherHandlers) {
+  TempDir dir;
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(dir / "tb", slowFlush());
+  auto thrower = std::make_shared<test::FunctionHandler>(
+      [](const Event&) { throw std::runtime_error("broken handler"); });
+  ScopedHandler a(thrower);
+  ScopedHandler b(tb);
+  EXPECT_THROW(logEvent(statEvent({{"x", 1.0}})), std::runtime_error);
+  tb->close();
+  EXPECT_EQ(readScalars(dir / "tb")["x"].size(), 1u);
+}
+
+TEST(SinkFaults, ForkedChildNeitherWritesNorHangs) {
+  TempDir dir;
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(dir / "tb", slowFlush());
+  tb->handle(statEvent({{"x", 1.0}}));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    tb->handle(statEvent({{"x", 99.0}}));
+    tb->flush();
+    tb->close();
+    std::exit(0); // runs the static destructors (the at-exit close) too
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  tb->handle(statEvent({{"x", 2.0}}));
+  tb->close();
+  const auto xs = readScalars(dir / "tb")["x"];
+  ASSERT_EQ(xs.size(), 2u);
+  EXPECT_EQ(xs[0].value, 1.0f);
+  EXPECT_EQ(xs[1].value, 2.0f);
+}
+
+TEST(SinkFaults, ExitFlushesRegisteredWriters) {
+  TempDir dir;
+  const std::string logdir = dir / "tb";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto tb = std::make_shared<sinks::TensorBoardWriter>(logdir, slowFlush());
+    tb->registerSelf(); // owned by the registry: no destructor will run
+    tb.reset();
+    logEvent(statEvent({{"x", 5.0}}));
+    std::exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const auto xs = readScalars(logdir)["x"];
+  ASSERT_EQ(xs.size(), 1u);
+  EXPECT_EQ(xs[0].value, 5.0f);
+}
+
+// ---------------------------------------------------------------- JSON Lines writer
+
+TEST(SinkJsonLines, WritesOneLinePerEventAndAppends) {
+  TempDir dir;
+  const std::string path = dir / "logs/events.jsonl";
+  sinks::JsonLinesWriterOptions options;
+  options.flushInterval = std::chrono::hours(1);
+  {
+    auto writer = std::make_shared<sinks::JsonLinesWriter>(path, options);
+    writer->handle(statEvent({{"a", int64_t(1)}}));
+    Event e;
+    e.name = std::string("bad\xff\nname", 9);
+    e.timestamp = fromEpochMicros(0);
+    e.data[std::string("k\"\x01", 3)] = std::string("\xed\xa0\x80");
+    writer->handle(e);
+    writer->flush();
+    EXPECT_EQ(linesOf(readFile(path)).size(), 2u);
+  }
+  {
+    auto writer = std::make_shared<sinks::JsonLinesWriter>(path, options);
+    writer->handle(statEvent({{"b", 2.0}}));
+  }
+  const auto lines = linesOf(readFile(path));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(
+      lines[1],
+      "{\"name\":\"bad" + kFFFD +
+          "\\nname\",\"timestamp\":\"1970-01-01T00:00:00.000000Z\","
+          "\"epoch_seconds\":0.000000,\"data\":{\"k\\\"\\u0001\":\"" + kFFFD +
+          kFFFD + kFFFD + "\"}}");
+  EXPECT_NE(lines[2].find("\"b\":2.0"), std::string::npos);
+
+  options.append = false;
+  {
+    auto writer = std::make_shared<sinks::JsonLinesWriter>(path, options);
+    writer->handle(statEvent({{"c", 3.0}}));
+  }
+  EXPECT_EQ(linesOf(readFile(path)).size(), 1u);
+}
+
+TEST(SinkJsonLines, FailedWriteNeverLeavesAHalfLine) {
+  TempDir dir;
+  const std::string path = dir / "e.jsonl";
+  sinks::JsonLinesWriterOptions options;
+  options.flushInterval = std::chrono::hours(1);
+  auto writer = std::make_shared<sinks::JsonLinesWriter>(path, options);
+  {
+    InjectedWriteError full(ENOSPC);
+    CapturedWarnings warnings;
+    writer->handle(statEvent({{"a", int64_t(1)}}));
+    writer->flush();
+    EXPECT_EQ(warnings.messages.size(), 1u);
+  }
+  writer->handle(statEvent({{"a", int64_t(2)}}));
+  writer->close();
+  const auto lines = linesOf(readFile(path));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find("\"a\":1}"), std::string::npos);
+  EXPECT_NE(lines[1].find("\"a\":2}"), std::string::npos);
+}
+
+TEST(SinkJsonLines, BadArguments) {
+  test::expectValueError(
+      [] { sinks::JsonLinesWriter(""); }, {"path is empty"});
+  test::expectValueError(
+      [] { sinks::JsonLinesWriter("some/dir/"); }, {"names a directory"});
+}
+
+TEST(SinkJsonLines, DevFullIsAWarningNotAnError) {
+  if (!fs::exists("/dev/full")) {
+    GTEST_SKIP() << "no /dev/full";
+  }
+  sinks::JsonLinesWriterOptions options;
+  options.flushInterval = std::chrono::hours(1);
+  auto writer = std::make_shared<sinks::JsonLinesWriter>("/dev/full", options);
+  CapturedWarnings warnings;
+  for (int i = 0; i < 5; ++i) {
+    writer->handle(statEvent({{"a", int64_t(i)}}));
+    EXPECT_NO_THROW(writer->flush());
+  }
+  EXPECT_EQ(warnings.messages.size(), 1u);
+  EXPECT_TRUE(warnings.anyContains("No space left on device"));
+  writer->close(); // reports what could not be written
+  EXPECT_GE(writer->problems().size(), 2u);
+}
+
+} // namespace
+} // namespace torch_monitor

@@ -1,0 +1,207 @@
+"""Native event sinks: TensorBoard event files, JSON Lines, console, memory.
+
+Each class here is a C++ event handler from ``libtorch_monitor`` (the same
+objects a C++ program or TorchScript code gets). ``register_event_handler``
+registers them directly, so events reach them without touching Python or
+the GIL::
+
+    import torch_monitor as monitor
+
+    with monitor.TensorBoardWriter("runs/exp1"):      # registered for the block
+        ...                                            # Stat windows become curves
+
+    tb = monitor.TensorBoardWriter("runs/exp2")
+    handle = monitor.register_event_handler(tb)        # or tb.register()
+    ...
+    monitor.unregister_event_handler(handle)
+    tb.close()
+
+Every sink has ``register()`` / ``unregister()`` (idempotent self-registration,
+also done by ``with``), ``flush()``, ``close()`` (unregisters what
+``register()`` did, flushes, and ignores later events), ``closed``,
+``dropped`` (events or values lost) and ``problems`` (the distinct problems
+warned about). Registering a sink both with ``register()``/``with`` and with
+``register_event_handler`` makes it receive every event twice.
+
+A sink never raises into the code that logs: an unwritable directory, a full
+disk or a removed directory is warned about once (a ``RuntimeWarning`` when
+found by the constructor, ``flush()`` or ``close()``; a C++ warning on stderr
+when found by the background thread) and retried. See docs/sinks.md.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Iterable, List, Optional, Union
+
+from . import _C
+
+__all__ = [
+    "TensorBoardWriter",
+    "JsonLinesWriter",
+    "JsonLinesHandler",
+    "ConsoleHandler",
+    "MemoryHandler",
+]
+
+_STAT_EVENT = "torch.monitor.Stat"
+_DEFAULT_BUFFER = 32 << 20
+
+Seconds = Union[float, int, datetime.timedelta]
+EventNames = Optional[Union[str, Iterable[str]]]
+
+
+def _seconds(value: Seconds, what: str = "flush_interval") -> float:
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{what} must be a number of seconds or a datetime.timedelta, "
+            f"got {type(value).__name__}"
+        )
+    return float(value)
+
+
+def _names(value: EventNames) -> List[str]:
+    """None: every event. A bare string is one name, not a set of letters."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    names = list(value)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"event_names must hold str, got {type(name).__name__}"
+            )
+    return names
+
+
+class TensorBoardWriter(_C._TensorBoardWriter):
+    """Writes events as TensorBoard scalars, natively (no protobuf, no TensorFlow).
+
+    Creates ``log_dir`` and an ``events.out.tfevents.<time>.<host>.<pid>.<n>``
+    file in it. For each accepted event (by default the ``"torch.monitor.Stat"``
+    events a ``Stat`` logs when its window closes) every numeric value becomes a
+    scalar: the data key is the tag, the event's timestamp the wall time, and the
+    step a per-tag counter 0, 1, 2, ... (or the event's ``step_key`` value).
+    ints and floats are written as float32 (TensorBoard's ``simple_value``),
+    bools as 1.0/0.0; strings are skipped.
+
+    Logging only encodes into memory (about 0.1 µs per scalar); a background
+    thread writes whole records every ``flush_interval`` seconds, on ``flush()``
+    and ``close()``, when the object is destroyed, and at process exit. If the
+    disk cannot keep up, at most ``max_buffer_bytes`` are held and newer
+    scalars are dropped (counted in ``dropped``, warned once).
+
+    Args:
+        log_dir: the run's directory, e.g. ``"runs/exp1"`` (str or path-like).
+        flush_interval: seconds (or a ``timedelta``) between background writes.
+        max_buffer_bytes: bound on buffered bytes.
+        event_names: the event names written; ``None`` for every event.
+        step_key: if set, an event's int value under this key is the step of
+            all its other values (and is not written itself).
+
+    Also ``add_scalar(tag, scalar_value, global_step, walltime=None)`` like
+    ``SummaryWriter`` (``walltime`` None means now), and the read-only
+    ``log_dir``, ``file_path``, ``flush_interval``, ``event_names``.
+    """
+
+    def __init__(
+        self,
+        log_dir: Union[str, os.PathLike],
+        *,
+        flush_interval: Seconds = 1.0,
+        max_buffer_bytes: int = _DEFAULT_BUFFER,
+        event_names: EventNames = (_STAT_EVENT,),
+        step_key: Optional[str] = None,
+    ) -> None:
+        super().__init__(
+            os.fspath(log_dir),
+            _seconds(flush_interval),
+            int(max_buffer_bytes),
+            _names(event_names),
+            step_key or "",
+        )
+
+
+class JsonLinesWriter(_C._JsonLinesWriter):
+    """Appends one JSON object per event and line to ``path`` (JSON Lines).
+
+    ``{"name": ..., "timestamp": "2024-05-01T12:34:56.123456Z",
+    "epoch_seconds": 1714566896.123456, "data": {...}}`` with the data's types
+    kept: ints as JSON integers, floats as JSON numbers that read back as float
+    (``2.0``, not ``2``; NaN and infinities as the strings ``"NaN"``,
+    ``"Infinity"``, ``"-Infinity"``, which ``float()`` reads), bools as
+    ``true``/``false``, strings as strings. Names, keys and strings are escaped
+    and invalid UTF-8 (possible from C++) becomes U+FFFD, so every line is valid
+    JSON: ``[json.loads(line) for line in open(path)]``.
+
+    Buffered and written in the background exactly like ``TensorBoardWriter``.
+
+    Args:
+        path: the file (its directory is created).
+        flush_interval: seconds (or a ``timedelta``) between background writes.
+        max_buffer_bytes: bound on buffered bytes.
+        event_names: the event names written; ``None`` (default) for every event.
+        append: keep what the file holds (default) or start it anew.
+    """
+
+    def __init__(
+        self,
+        path: Union[str, os.PathLike],
+        *,
+        flush_interval: Seconds = 1.0,
+        max_buffer_bytes: int = _DEFAULT_BUFFER,
+        event_names: EventNames = None,
+        append: bool = True,
+    ) -> None:
+        super().__init__(
+            os.fspath(path),
+            _seconds(flush_interval),
+            int(max_buffer_bytes),
+            _names(event_names),
+            bool(append),
+        )
+
+
+#: The name the design notes use for the JSON Lines sink.
+JsonLinesHandler = JsonLinesWriter
+
+
+class ConsoleHandler(_C._ConsoleHandler):
+    """Prints one human-readable line per event to ``"stderr"`` (default) or ``"stdout"``.
+
+    ``2024-05-01T12:34:56.123456Z torch.monitor.Stat loss.count=10 loss.mean=0.25``
+    (UTC time, event name, data sorted by key). Each line is written straight
+    to the file descriptor, so it is not mixed with other lines but can
+    overtake text still sitting in ``sys.stdout``'s buffer.
+
+    Args:
+        stream: ``"stderr"`` or ``"stdout"``.
+        event_names: the event names printed; ``None`` (default) for every event.
+    """
+
+    def __init__(self, stream: str = "stderr", *, event_names: EventNames = None) -> None:
+        super().__init__(stream, _names(event_names))
+
+
+class MemoryHandler(_C._MemoryHandler):
+    """Keeps the last ``capacity`` events in memory, for tests and notebooks.
+
+    ``events()`` returns them oldest first (as ``torch_monitor.Event``),
+    ``clear()`` forgets them, ``len(handler)`` counts them; ``dropped`` counts
+    the events overwritten because the ring was full::
+
+        with monitor.MemoryHandler() as memory:
+            train_one_epoch()
+        losses = [e.data["loss.mean"] for e in memory.events()]
+
+    Args:
+        capacity: how many events are kept.
+        event_names: the event names kept; ``None`` (default) for every event.
+    """
+
+    def __init__(self, capacity: int = 10000, *, event_names: EventNames = None) -> None:
+        super().__init__(int(capacity), _names(event_names))
