@@ -13,9 +13,11 @@ ctest --test-dir build/cmake --output-on-failure -j2
 cpp_status=$?
 
 echo "== C++ tests again under AddressSanitizer + UndefinedBehaviorSanitizer (ctest)"
-cmake -S . -B build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DTORCH_MONITOR_BUILD_TESTS=ON -DTORCH_MONITOR_SANITIZE=address,undefined >/dev/null &&
-  cmake --build build/sanitize -j2 >/dev/null &&
+# Compiler output goes to build/sanitize.log (its tail is shown on failure).
+{ cmake -S . -B build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTORCH_MONITOR_BUILD_TESTS=ON -DTORCH_MONITOR_SANITIZE=address,undefined &&
+  cmake --build build/sanitize -j2; } > build/sanitize.log 2>&1 ||
+  { tail -40 build/sanitize.log; false; } &&
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build/sanitize --output-on-failure -j2
 sanitize_status=$?
 
