@@ -73,6 +73,10 @@ def test_example_trains_and_reports(train_linear):
     assert summary["ratio_rows"] == 200
     assert 0 < summary["ratio_min"] <= summary["ratio_mean"] < 0.5
     assert summary["ratio_newest"] == pytest.approx(summary["ratio_direct"], rel=1e-5)
+    # The nested buffer is updated in place inside forward(): a monitor that
+    # kept a reference instead of a copy would report exactly 0.
+    assert summary["state_delta"] > 0
+    assert "in-place buffer net.block.state moved by" in stdout
     assert "weight-update ratio ||dw||/||w|| of net.fc1.weight per step (200 recorded)" in stdout
     step_lines = [line for line in stdout.splitlines() if line.strip().startswith("step ")]
     assert len(step_lines) >= 10

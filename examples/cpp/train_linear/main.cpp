@@ -6,7 +6,10 @@
 //    C++ EventHandler prints every closed window;
 //  * a torch_monitor::DifferenceMonitor attached to the first Linear's
 //    "weight" records the update ratio ||dw|| / ||w|| of every step in a
-//    PassthroughReducer, whose history is printed at the end.
+//    PassthroughReducer, whose history is printed at the end;
+//  * a second DifferenceMonitor on the nested buffer "net.block.state", a
+//    running mean of the hidden activations that forward() updates in place:
+//    the monitor copies the value before the call, so the change is measured.
 //
 // C++ modules have no hooks of their own and forward() is not virtual: the
 // monitor's hooks run around calls made through torch_monitor::nn::call. The
@@ -37,16 +40,34 @@ namespace {
 
 constexpr const char* kLossStat = "train.loss";
 constexpr const char* kWatched = "net.fc1.weight";
+constexpr const char* kWatchedBuffer = "net.block.state";
+
+// Keeps a running mean of the activations passing through, in a buffer that
+// forward() updates in place (like BatchNorm's running statistics).
+struct ActivityImpl : torch::nn::Module {
+  explicit ActivityImpl(int64_t features)
+      : state(register_buffer("state", torch::zeros({features}))) {}
+  torch::Tensor forward(const torch::Tensor& h) {
+    torch::NoGradGuard noGrad;
+    state.mul_(0.9).add_(h.detach().mean(0), 0.1);
+    return h;
+  }
+  torch::Tensor state;
+};
+TORCH_MODULE(Activity);
 
 // The model: nothing here knows about monitoring.
 struct NetImpl : torch::nn::Module {
   NetImpl(int64_t in, int64_t hidden)
       : fc1(register_module("fc1", torch::nn::Linear(in, hidden))),
+        block(register_module("block", Activity(hidden))),
         fc2(register_module("fc2", torch::nn::Linear(hidden, 1))) {}
   torch::Tensor forward(const torch::Tensor& x) {
-    return fc2(torch::relu(fc1(x)));
+    return fc2(block(torch::relu(fc1(x))));
   }
-  torch::nn::Linear fc1, fc2;
+  torch::nn::Linear fc1;
+  Activity block;
+  torch::nn::Linear fc2;
 };
 TORCH_MODULE(Net);
 
@@ -135,6 +156,11 @@ int main(int argc, char** argv) {
   });
   torch_monitor::nn::HookHandle hooks =
       torch_monitor::nn::attach(monitor, step, kWatched);
+  auto activity = std::make_shared<torch_monitor::PassthroughReducer>(1.0, 10.0);
+  hooks.merge(torch_monitor::nn::attach(
+      std::make_shared<torch_monitor::DifferenceMonitor>(activity, kWatchedBuffer),
+      step,
+      kWatchedBuffer));
   // -------------------------------------------------------------------------
 
   double firstLoss = 0.0, lastLoss = 0.0, directRatio = 0.0;
@@ -202,6 +228,10 @@ int main(int argc, char** argv) {
       "  mean %.3e  min %.3e  max %.3e; newest (peek) %.3e, computed "
       "directly %.3e\n",
       mean, minRatio, maxRatio, newest, directRatio);
+  const double stateDelta = activity->peek().value().norm().item<double>();
+  std::printf(
+      "in-place buffer %s moved by ||d|| = %.3e in the last step\n",
+      kWatchedBuffer, stateDelta);
   std::printf(
       "loss: first step %.5f, last step %.5f, full data after training %.5f\n",
       firstLoss, lastLoss, finalLoss);
@@ -215,10 +245,10 @@ int main(int argc, char** argv) {
       "\"loss_final\": %.9g, \"stat_windows\": %d, \"stat_samples\": %lld, "
       "\"ratio_rows\": %lld, \"ratio_first\": %.9g, \"ratio_mean\": %.9g, "
       "\"ratio_min\": %.9g, \"ratio_newest\": %.9g, \"ratio_direct\": %.9g, "
-      "\"seconds\": %.3f}\n",
+      "\"state_delta\": %.9g, \"seconds\": %.3f}\n",
       static_cast<long long>(steps), firstLoss, lastLoss, finalLoss,
       printer->windows, static_cast<long long>(printer->samples),
       static_cast<long long>(rows), history[0].item<double>(), mean, minRatio,
-      newest, directRatio, seconds);
+      newest, directRatio, stateDelta, seconds);
   return 0;
 }
