@@ -5,8 +5,6 @@ Every test writes with a real ``torch.utils.tensorboard.SummaryWriter`` into
 """
 
 import datetime
-import importlib.util
-import pathlib
 import threading
 import time
 import types
@@ -24,19 +22,7 @@ from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 STAT_EVENT = "torch.monitor.Stat"
 
 
-# --- TEMPORARY import fallback -----------------------------------------------------
-# torch_monitor/__init__.py loads the C++ library, which may not be built (or the
-# package may not be importable yet). The handler module itself is pure Python, so
-# load it straight from its file in that case. Remove once the package imports.
-try:
-    from torch_monitor.tensorboard_handler import TensorboardEventHandler
-except Exception:
-    _path = pathlib.Path(__file__).resolve().parents[2] / "torch_monitor" / "tensorboard_handler.py"
-    _spec = importlib.util.spec_from_file_location("_tm_tensorboard_handler", _path)
-    _module = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_module)
-    TensorboardEventHandler = _module.TensorboardEventHandler
-# --- end of temporary fallback -----------------------------------------------------
+from torch_monitor.tensorboard_handler import TensorboardEventHandler  # noqa: E402
 
 
 def _torch_monitor_event_cls():
