@@ -29,6 +29,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from . import _C
+from ._checks import strict_bool
 
 __all__ = ["DifferenceMonitor", "MonitorConstructor"]
 
@@ -212,11 +213,17 @@ class DifferenceMonitor(nn.Module):
             shaped like the other.
         op\_ (callable | None): ``op_(after, before) -> Tensor``; default
             ``after - before``. Used only without ``map_``.
+        keep_graph (bool): keep the autograd graph of each recorded
+            difference (off by default: the history is detached).
 
-    Unlike inferno 0.0.5, the value before ``forward()`` is a copy (autograd
-    keeps it differentiable), so in-place updates such as BatchNorm's
-    ``running_mean`` are measured, and one None side counts as zeros instead
-    of raising. Python ``filter_``/``map_``/``op_`` work in eager and scripted
+    Unlike inferno 0.0.5, the value before ``forward()`` is a copy, so
+    in-place updates such as BatchNorm's ``running_mean`` are measured, and
+    one None side counts as zeros instead of raising. The history is
+    detached from autograd: inferno keeps every step's graph alive through
+    it, so a monitor on a parameter grows memory with every optimizer step.
+    ``keep_graph=True`` keeps the graphs (differentiable differences, at that
+    cost). The hooks may run on several threads at once (a scripted model
+    served from a thread pool): each forward call pairs its own values. Python ``filter_``/``map_``/``op_`` work in eager and scripted
     modules in this process, but a module holding such a monitor cannot be
     saved with ``torch.jit.save``.
 
@@ -250,6 +257,7 @@ class DifferenceMonitor(nn.Module):
         filter_: Optional[Callable[[Any, Any], bool]] = None,
         map_: Optional[Callable[[Any, Any], Tuple[torch.Tensor, ...]]] = None,
         op_: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
+        keep_graph: bool = False,
     ):
         nn.Module.__init__(self)
         if not isinstance(attr, str):
@@ -257,15 +265,16 @@ class DifferenceMonitor(nn.Module):
         core = _C.DifferenceMonitorCore(
             reducer,
             attr,
-            bool(train_update),
-            bool(eval_update),
+            strict_bool(train_update, "train_update"),
+            strict_bool(eval_update, "eval_update"),
             filter_,
             map_,
             op_,
+            strict_bool(keep_graph, "keep_graph"),
         )
         self.reducer_ = reducer
         self._core = core
-        self._prepend = bool(prepend)
+        self._prepend = strict_bool(prepend, "prepend")
         self._key = f"_torch_monitor_difference_{next(_ids)}"
         self._handles = None
         self._observed = None
@@ -283,6 +292,7 @@ class DifferenceMonitor(nn.Module):
         filter_: Optional[Callable[[Any, Any], bool]] = None,
         map_: Optional[Callable[[Any, Any], Tuple[torch.Tensor, ...]]] = None,
         op_: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
+        keep_graph: bool = False,
     ) -> MonitorConstructor:
         """``constructor(attr, module)`` building registered monitors with these
         arguments (all of them: inferno 0.0.5 drops ``op_`` here). Monitors
@@ -299,6 +309,7 @@ class DifferenceMonitor(nn.Module):
                 filter_=filter_,
                 map_=map_,
                 op_=op_,
+                keep_graph=keep_graph,
             )
 
         return constructor
@@ -331,7 +342,7 @@ class DifferenceMonitor(nn.Module):
     def clear(self, **kwargs) -> None:
         """Forgets the value captured before forward() and clears the reducer
         (``kwargs`` go to the reducer's ``clear``, e.g. ``keepshape=True``)."""
-        self._core.forget()
+        self._core.forget_all()
         return self.reducer_.clear(**kwargs)
 
     # ------------------------------------------------------- configuration
@@ -371,13 +382,22 @@ class DifferenceMonitor(nn.Module):
         return self._core.op_
 
     @property
+    def keep_graph(self) -> bool:
+        """Whether recorded differences keep their autograd graph."""
+        return self._core.keep_graph
+
+    @keep_graph.setter
+    def keep_graph(self, value: bool) -> None:
+        self._core.keep_graph = strict_bool(value, "keep_graph")
+
+    @property
     def trainexec(self) -> bool:
         """Whether the hooks record while the module is in training mode."""
         return self._core.train_update
 
     @trainexec.setter
     def trainexec(self, value: bool) -> None:
-        self._core.train_update = bool(value)
+        self._core.train_update = strict_bool(value, "trainexec")
 
     @property
     def evalexec(self) -> bool:
@@ -386,7 +406,7 @@ class DifferenceMonitor(nn.Module):
 
     @evalexec.setter
     def evalexec(self, value: bool) -> None:
-        self._core.eval_update = bool(value)
+        self._core.eval_update = strict_bool(value, "evalexec")
 
     # -------------------------------------------------------- registration
 
@@ -505,14 +525,19 @@ class DifferenceMonitor(nn.Module):
         """Pickles the configuration and the reducer; the copy is unregistered
         (hooks are functions of the module, not of the monitor)."""
         state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
-        state["_config"] = (self.attr, self.trainexec, self.evalexec, self.filter_, self.map_, self.op_)
+        state["_config"] = (
+            self.attr, self.trainexec, self.evalexec, self.filter_, self.map_, self.op_,
+            self.keep_graph,
+        )
         return state
 
     def __setstate__(self, state):
-        attr, train_update, eval_update, filter_, map_, op_ = state.pop("_config")
+        config = state.pop("_config")
+        keep_graph = config[6] if len(config) > 6 else False
+        attr, train_update, eval_update, filter_, map_, op_ = config[:6]
         self.__dict__.update(state)
         self._core = _C.DifferenceMonitorCore(
-            self.reducer_, attr, train_update, eval_update, filter_, map_, op_
+            self.reducer_, attr, train_update, eval_update, filter_, map_, op_, keep_graph
         )
         self._key = f"_torch_monitor_difference_{next(_ids)}"
         self._handles = None

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _C
+from ._checks import strict_bool
 
 __all__ = [
     "Criterion",
@@ -147,8 +148,8 @@ class FoldReducer(nn.Module):
         self._build(
             float(step_time),
             float(duration),
-            bool(inclusive),
-            bool(inplace),
+            strict_bool(inclusive, "inclusive"),
+            strict_bool(inplace, "inplace"),
             {k: float(v) for k, v in params.items()},
         )
         # Like a new inferno reducer, whose empty history follows the default
@@ -225,7 +226,7 @@ class FoldReducer(nn.Module):
     def clear(self, keepshape: bool = False, **kwargs: Any) -> None:
         """Back to the initial state; ``keepshape`` keeps the history
         allocated (and its shape), refilled with the fill value."""
-        self.script_reducer.clear(bool(keepshape))
+        self.script_reducer.clear(strict_bool(keepshape, "keepshape"))
 
     @property
     def latest(self) -> Optional[Tensor]:
@@ -272,7 +273,7 @@ class FoldReducer(nn.Module):
 
     @inclusive.setter
     def inclusive(self, value: bool) -> None:
-        self.script_reducer.set_inclusive(bool(value))
+        self.script_reducer.set_inclusive(strict_bool(value, "inclusive"))
 
     @property
     def inplace(self) -> bool:
@@ -282,7 +283,7 @@ class FoldReducer(nn.Module):
 
     @inplace.setter
     def inplace(self, value: bool) -> None:
-        self.script_reducer.set_inplace(bool(value))
+        self.script_reducer.set_inplace(strict_bool(value, "inplace"))
 
     @property
     def recordsz(self) -> int:

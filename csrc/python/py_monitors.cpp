@@ -92,10 +92,23 @@ struct PythonValue final : c10::ivalue::PyObjectHolder {
 
 // -------------------------------------------------------------- conversion
 
+// How deeply tuples and lists may nest in a monitored value. A list that
+// contains itself would recurse forever (and a very deep one overflow the
+// stack): both are refused, far beyond any real attribute's nesting.
+constexpr int kMaxNesting = 64;
+
 // The IValue the monitor sees for an attribute's Python value: tensors,
 // None, numbers, strings, tuples and lists of them natively; anything else
-// wrapped (see PythonValue). Needs the GIL.
-c10::IValue valueFromPython(PyObject* obj) {
+// wrapped (see PythonValue). `name` (the monitor's) is for the error. Needs
+// the GIL.
+c10::IValue valueFromPython(PyObject* obj, const std::string& name, int depth = 0) {
+  if ((PyTuple_Check(obj) || PyList_Check(obj)) && depth >= kMaxNesting) {
+    throw py::value_error(
+        "DifferenceMonitor '" + name + "': the attribute's value has tuples "
+        "or lists nested more than " + std::to_string(kMaxNesting) +
+        " levels deep (or a list that contains itself); monitor a tensor "
+        "or a shallow tuple of tensors");
+  }
   if (THPVariable_Check(obj)) {
     return THPVariable_Unpack(obj);
   }
@@ -107,7 +120,8 @@ c10::IValue valueFromPython(PyObject* obj) {
     std::vector<c10::IValue> elements;
     elements.reserve(n);
     for (Py_ssize_t i = 0; i < n; ++i) {
-      elements.push_back(valueFromPython(PyTuple_GET_ITEM(obj, i)));
+      elements.push_back(
+          valueFromPython(PyTuple_GET_ITEM(obj, i), name, depth + 1));
     }
     return c10::ivalue::Tuple::create(std::move(elements));
   }
@@ -135,7 +149,7 @@ c10::IValue valueFromPython(PyObject* obj) {
     const Py_ssize_t n = PyList_GET_SIZE(obj);
     list.reserve(n);
     for (Py_ssize_t i = 0; i < n; ++i) {
-      list.push_back(valueFromPython(PyList_GET_ITEM(obj, i)));
+      list.push_back(valueFromPython(PyList_GET_ITEM(obj, i), name, depth + 1));
     }
     return list;
   }
@@ -374,9 +388,10 @@ std::unique_ptr<PyDifferenceMonitor> makeMonitor(
     bool evalUpdate,
     py::object filter,
     py::object map,
-    py::object op) {
+    py::object op,
+    bool keepGraph) {
   auto holder = c10::make_intrusive<ScriptDifferenceMonitor>(
-      scriptReducerFrom(reducer), attr, trainUpdate, evalUpdate);
+      scriptReducerFrom(reducer), attr, trainUpdate, evalUpdate, keepGraph);
   return std::make_unique<PyDifferenceMonitor>(
       std::move(holder),
       std::move(reducer),
@@ -386,11 +401,20 @@ std::unique_ptr<PyDifferenceMonitor> makeMonitor(
       std::move(op));
 }
 
+// The C++ object of a DifferenceMonitorCore, or nullptr with a TypeError set
+// for one made by __new__ alone (never initialised).
 PyDifferenceMonitor* unwrap(PyObject* obj) {
   auto* inst = reinterpret_cast<py::detail::instance*>(obj);
   void* value = inst->simple_layout
       ? inst->simple_value_holder[0]
       : py::detail::values_and_holders(inst).begin()->value_ptr();
+  if (value == nullptr) {
+    PyErr_SetString(
+        PyExc_TypeError,
+        "this DifferenceMonitorCore was never initialised (made with "
+        "__new__ alone); build it with DifferenceMonitorCore(...) or use "
+        "torch_monitor.DifferenceMonitor");
+  }
   return static_cast<PyDifferenceMonitor*>(value);
 }
 
@@ -557,15 +581,15 @@ PyObject* runEagerHook(PyObject* key, PyObject* module, bool isBefore) {
   Py_INCREF(core); // a Python filter_ could delete the attribute meanwhile
   const int training = trainingOf(module, dict);
   Py_DECREF(dict);
-  PyDifferenceMonitor* self = unwrap(core);
+  PyDifferenceMonitor* self = training < 0 ? nullptr : unwrap(core);
   PyObject* result = nullptr;
-  if (training < 0) {
+  if (self == nullptr) {
     // error set
   } else if (!self->monitor->runsWhen(training == 1)) {
     result = Py_NewRef(Py_None);
   } else if (PyObject* value = resolvePath(module, *self)) {
     result = guarded([&]() {
-      const c10::IValue v = valueFromPython(value);
+      const c10::IValue v = valueFromPython(value, self->monitor->name());
       if (isBefore) {
         self->monitor->before(v, training == 1);
       } else {
@@ -622,8 +646,11 @@ PyObject* fastCall(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   PyDifferenceMonitor* self = unwrap(obj);
+  if (self == nullptr) {
+    return nullptr;
+  }
   return guarded([&]() {
-    const c10::IValue v = valueFromPython(args[0]);
+    const c10::IValue v = valueFromPython(args[0], self->monitor->name());
     if (IsBefore) {
       self->monitor->before(v, training == 1);
     } else {
@@ -657,19 +684,35 @@ std::unique_ptr<PyDifferenceMonitor> copyOf(
       self.monitor->evalUpdate(),
       self.filter,
       self.map,
-      self.op);
+      self.op,
+      self.monitor->keepGraph());
+}
+
+// How a thread holding the GIL waits for a reducer's or monitor's lock: the
+// holder may be a TorchScript thread calling a Python criterion or map_,
+// which needs the GIL to finish.
+void waitReleasingGil(std::recursive_mutex& mutex) {
+  if (PyGILState_Check() == 1) {
+    Py_BEGIN_ALLOW_THREADS
+    mutex.lock();
+    Py_END_ALLOW_THREADS
+  } else {
+    mutex.lock();
+  }
 }
 
 } // namespace
 
 void initMonitors(py::module_& m) {
+  torch_monitor::detail::setBlockingWait(&waitReleasingGil);
   using Self = PyDifferenceMonitor;
   auto cls =
       py::class_<Self, torch::jit::Object>(
           m,
           "DifferenceMonitorCore",
           "DifferenceMonitorCore(reducer, attr, train_update=True, "
-          "eval_update=True, filter_=None, map_=None, op_=None): the C++ "
+          "eval_update=True, filter_=None, map_=None, op_=None, "
+          "keep_graph=False): the C++ "
           "state of a DifferenceMonitor, a "
           "torch.classes.torch_monitor.DifferenceMonitor object. "
           "torch_monitor.DifferenceMonitor stores it on the monitored module; "
@@ -682,7 +725,8 @@ void initMonitors(py::module_& m) {
               py::arg("eval_update") = true,
               py::arg("filter_") = py::none(),
               py::arg("map_") = py::none(),
-              py::arg("op_") = py::none())
+              py::arg("op_") = py::none(),
+              py::arg("keep_graph") = false)
           .def_property_readonly(
               "attr",
               [](const Self& self) { return self.monitor->name(); },
@@ -695,6 +739,12 @@ void initMonitors(py::module_& m) {
               "eval_update",
               [](const Self& self) { return self.monitor->evalUpdate(); },
               [](Self& self, bool v) { self.monitor->setEvalUpdate(v); })
+          .def_property(
+              "keep_graph",
+              [](const Self& self) { return self.monitor->keepGraph(); },
+              [](Self& self, bool v) { self.monitor->setKeepGraph(v); },
+              "whether differences keep their autograd graph (off: history "
+              "is detached, memory does not grow with the steps)")
           .def_property_readonly(
               "reducer",
               [](const Self& self) { return self.reducer; },
@@ -717,18 +767,23 @@ void initMonitors(py::module_& m) {
           .def_property_readonly(
               "has_capture",
               [](const Self& self) { return self.monitor->hasCapture(); },
-              "whether a value captured before forward() awaits after()")
+              "whether a value this thread captured before forward() awaits "
+              "after()")
           .def(
               "forget",
               [](Self& self) { self.monitor->forget(); },
-              "forgets the captured value")
+              "forgets the value this thread captured")
+          .def(
+              "forget_all",
+              [](Self& self) { self.monitor->forgetAll(); },
+              "forgets the values every thread captured")
           .def(
               "clear",
               [](Self& self, bool keepshape) {
                 self.monitor->clear(keepshape);
               },
               py::arg("keepshape") = false,
-              "forgets the captured value and clears the reducer")
+              "forgets every captured value and clears the reducer")
           .def(
               "peek",
               [](const Self& self) { return self.monitor->reducer()->peek(); })
@@ -747,13 +802,18 @@ void initMonitors(py::module_& m) {
           // class: refused with Python callables.
           .def(py::pickle(
               [](const Self& self) {
-                auto [version, name, train, eval, reducer] =
+                auto [version, name, train, eval, reducer, keepGraph] =
                     self.holder->state();
                 return py::make_tuple(
-                    version, name, train, eval, reducerObject(reducer));
+                    version,
+                    name,
+                    train,
+                    eval,
+                    reducerObject(reducer),
+                    keepGraph);
               },
               [](const py::tuple& state) {
-                if (state.size() != 5 ||
+                if (state.size() != 6 || !py::isinstance<py::int_>(state[0]) ||
                     state[0].cast<int64_t>() !=
                         ScriptDifferenceMonitor::kStateVersion) {
                   throw py::value_error(
@@ -768,7 +828,8 @@ void initMonitors(py::module_& m) {
                     state[3].cast<bool>(),
                     py::none(),
                     py::none(),
-                    py::none());
+                    py::none(),
+                    state[5].cast<bool>());
               }))
           // A copy is a new monitor with the same configuration and
           // callables; a shallow copy feeds the same reducer, a deep copy a

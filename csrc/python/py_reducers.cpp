@@ -49,7 +49,8 @@ at::Tensor tensorFrom(py::handle value, const char* what) {
 // The C++ reducer inside a torch.classes.torch_monitor.Reducer object, for
 // the Python wrappers' hot calls (forward, peek) and what torch.classes
 // cannot carry (a Python callable as criterion).
-// Thread safety: as FoldReducer (none); calls hold the GIL.
+// Thread safety: as FoldReducer (any thread); a Python criterion is called
+// with the GIL taken by the calling thread.
 class ReducerHandle {
  public:
   explicit ReducerHandle(const torch::jit::Object& scriptObject) {
@@ -123,8 +124,8 @@ class ReducerHandle {
     reducer_->setCriterion(Criterion::builtin(name, threshold));
   }
   bool hasCustomCriterion() const {
-    const Criterion* c = reducer_->criterion();
-    return c != nullptr && c->valid() && !c->isBuiltin();
+    const std::optional<Criterion> c = reducer_->criterion();
+    return c && c->valid() && !c->isBuiltin();
   }
 
  private:

@@ -5,9 +5,11 @@
 // (methods, saved state). A recording reducer of its own keeps the core
 // tests independent of the real reducers.
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -21,6 +23,7 @@
 
 #include <torch_monitor/monitors/difference_monitor.h>
 #include <torch_monitor/reducers/general.h>
+#include <torch_monitor/reducers/stats.h>
 #include <torch_monitor/script/script_difference_monitor.h>
 
 #include "test_support.h"
@@ -121,7 +124,8 @@ TEST_F(DifferenceMonitorTest, InPlaceUpdateDuringForwardIsMeasured) {
   expectEqual(reducer->steps.at(0).at(0), vec({2, 5}));
 }
 
-TEST_F(DifferenceMonitorTest, CapturedValueKeepsAutograd) {
+TEST_F(DifferenceMonitorTest, KeepGraphKeepsTheCapturedValueDifferentiable) {
+  monitor.setKeepGraph(true);
   at::Tensor p = torch::ones({3}, at::requires_grad());
   at::Tensor seenPre;
   monitor.setOp([&](const at::Tensor& post, const at::Tensor& pre) {
@@ -144,6 +148,83 @@ TEST_F(DifferenceMonitorTest, CapturedValueKeepsAutograd) {
   monitor.before(p, true);
   monitor.after(p, true);
   EXPECT_EQ(seenPre.grad_fn(), nullptr);
+}
+
+TEST_F(DifferenceMonitorTest, HistoryIsDetachedByDefault) {
+  EXPECT_FALSE(monitor.keepGraph());
+  at::Tensor p = torch::ones({3}, at::requires_grad());
+  at::Tensor seenPre;
+  monitor.before(p, true);
+  monitor.after(p * 2, true); // post with a graph: the difference has none
+  EXPECT_FALSE(reducer->steps.at(0).at(0).requires_grad());
+  expectEqual(reducer->steps.at(0).at(0), vec({1, 1, 1}));
+  monitor.setOp([&](const at::Tensor& post, const at::Tensor& pre) {
+    seenPre = pre;
+    return post * 1.0 - pre; // a custom op's graph is cut too
+  });
+  monitor.before(p, true);
+  monitor.after(p, true);
+  EXPECT_EQ(seenPre.grad_fn(), nullptr);
+  EXPECT_FALSE(reducer->steps.at(1).at(0).requires_grad());
+}
+
+// Several threads run forward() of one module at once (a scripted model
+// served from a thread pool): each after() pairs with its own thread's
+// before(). Thread t's value goes from t to 10 * t, so every difference is
+// 9 * t; a capture taken from another thread would give something else.
+TEST(DifferenceMonitorThreads, EachThreadPairsItsOwnCaptures) {
+  auto reducer = std::make_shared<PassthroughReducer>(1.0, 1000.0);
+  DifferenceMonitor monitor(reducer, "state");
+  constexpr int kThreads = 4;
+  constexpr int kCalls = 500;
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 1; t <= kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCalls; ++i) {
+        monitor.before(vec({float(t), float(t)}), true);
+        monitor.after(vec({10.0f * t, 10.0f * t}), true);
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  EXPECT_EQ(reducer->steps(), kThreads * kCalls);
+  const at::Tensor history = reducer->dump().value().select(1, 0);
+  for (int64_t i = 0; i < history.size(0); ++i) {
+    const float d = history[i].item<float>();
+    if (!(d == 9 || d == 18 || d == 27 || d == 36)) {
+      ++wrong;
+    }
+  }
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(DifferenceMonitorThreads, OneReducerFedAndReadFromSeveralThreads) {
+  EMAReducer reducer(1.0, 0.5, 16.0);
+  constexpr int kThreads = 4;
+  constexpr int kCalls = 300;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCalls; ++i) {
+        if (t == 0 && i % 50 == 0) {
+          reducer.setAlpha(0.5);
+          reducer.setDuration(i % 100 == 0 ? 16.0 : 8.0);
+        }
+        reducer.forward({at::ones({8})});
+        reducer.peek();
+        reducer.dump();
+        reducer.view(0.5);
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  EXPECT_EQ(reducer.steps(), kThreads * kCalls);
+  expectEqual(reducer.peek().value(), at::ones({8}));
 }
 
 TEST_F(DifferenceMonitorTest, TuplesZipAndTheShorterWins) {
@@ -412,8 +493,23 @@ TEST(ScriptDifferenceMonitor, RefusesAnotherStateVersion) {
   auto state = holder->state();
   std::get<0>(state) = ScriptDifferenceMonitor::kStateVersion + 1;
   expectError<c10::Error>(
-      [&] { ScriptDifferenceMonitor::fromState(state); },
+      [&] { ScriptDifferenceMonitor::fromState(c10::IValue(state)); },
       {"state version", "release that saved it"});
+  expectError<c10::Error>(
+      [&] { ScriptDifferenceMonitor::fromState(c10::IValue(int64_t(2))); },
+      {"not a versioned tuple"});
+}
+
+TEST(ScriptDifferenceMonitor, ReadsVersionOneStateWithoutKeepGraph) {
+  auto holder = scriptMonitor(std::make_shared<PassthroughReducer>(1.0));
+  holder->monitor().setKeepGraph(true);
+  auto [version, name, train, eval, reducer, keep] = holder->state();
+  EXPECT_EQ(version, 2);
+  EXPECT_TRUE(keep);
+  auto loaded = ScriptDifferenceMonitor::fromState(
+      c10::ivalue::Tuple::create({int64_t(1), name, train, eval, reducer}));
+  EXPECT_FALSE(loaded->monitor().keepGraph());
+  EXPECT_EQ(loaded->monitor().name(), name);
 }
 
 } // namespace

@@ -291,11 +291,11 @@ TEST(ReducerClear, KeepshapeRefillsAndForgets) {
   r.forward({vec({0, 0, 1})});
   r.clear(/*keepshape=*/true);
   EXPECT_FALSE(r.peek().has_value());
-  EXPECT_TRUE(r.history().allocated());
-  expectClose(r.history().storage(), at::zeros({2, 3}));
+  EXPECT_TRUE(r.snapshot().allocated);
+  expectClose(r.storage(), at::zeros({2, 3}));
   expectValueError([&] { r.forward({vec({1, 2})}); }, {"expected [3]", "got [2]"});
   r.clear();
-  EXPECT_FALSE(r.history().allocated());
+  EXPECT_FALSE(r.snapshot().allocated);
   r.forward({vec({1, 2})});
   EXPECT_EQ(r.peek()->sizes(), at::IntArrayRef({2}));
 }
@@ -373,7 +373,7 @@ TEST(ReducerTensors, DtypeCastAndMove) {
   EXPECT_EQ(r.peek()->scalar_type(), at::kDouble);
   EXPECT_EQ(r.dump()->scalar_type(), at::kDouble);
   r.to(std::nullopt, at::kFloat);
-  EXPECT_EQ(r.history().storage().scalar_type(), at::kFloat);
+  EXPECT_EQ(r.storage().scalar_type(), at::kFloat);
   expectClose(*r.peek(), vec({1, 2}));
   expectTypeError([&] { r.to(std::nullopt, at::kLong); }, "floating");
   expectValueError([&] { r.setStorage(at::zeros({3, 2})); }, {"[1, 2]", "[3, 2]"});
@@ -405,11 +405,11 @@ TEST(ReducerTensors, WritesInPlaceWhenNothingSeesTheDifference) {
   EMAReducer r(1.0, 0.5, /*duration=*/8.0);
   r.forward({at::ones({4})});
   r.forward({at::ones({4})});
-  const void* before = r.history().storage().data_ptr();
+  const void* before = r.storage().data_ptr();
   for (int i = 0; i < 10; ++i) {
     r.forward({at::ones({4})});
   }
-  EXPECT_EQ(r.history().storage().data_ptr(), before);
+  EXPECT_EQ(r.storage().data_ptr(), before);
 }
 
 TEST(ReducerTensors, AutogradFlowsThroughOutOfPlaceHistory) {

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 DEFAULT_TIMEOUT_S = 60
@@ -39,7 +40,11 @@ class Outcome:
 
 
 def run_isolated(source, timeout=DEFAULT_TIMEOUT_S, env=None, cwd=None, check=True):
-    """Runs ``source`` (dedented) with ``python -c`` and returns an Outcome.
+    """Runs ``source`` (dedented) in a new interpreter and returns an Outcome.
+
+    The source is written to a file first, so that code in it can be
+    scripted (``torch.jit.script`` reads the source of classes and
+    functions).
 
     ``faulthandler`` is on, so a crash or a hang prints every thread's Python
     stack. A child still running after ``timeout`` seconds is killed and the
@@ -54,9 +59,12 @@ def run_isolated(source, timeout=DEFAULT_TIMEOUT_S, env=None, cwd=None, check=Tr
     if env:
         child_env.update(env)
     code = textwrap.dedent(source)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", prefix="isolated_", delete=False) as f:
+        f.write(code)
+        script = f.name
     try:
         done = subprocess.run(
-            [sys.executable, "-P", "-c", code],
+            [sys.executable, "-P", script],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -65,12 +73,14 @@ def run_isolated(source, timeout=DEFAULT_TIMEOUT_S, env=None, cwd=None, check=Tr
             errors="replace",
         )
     except subprocess.TimeoutExpired as e:
+        os.unlink(script)
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         pytest.fail(
             f"hang: the child process did not finish within {timeout} s\n"
             f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}"
         )
+    os.unlink(script)
     outcome = Outcome(done.returncode, done.stdout, done.stderr)
     if check and done.returncode != 0:
         pytest.fail(outcome.describe())

@@ -462,7 +462,7 @@ def test_fix_partialconstructor_honours_op(inferno):
     assert ours.op_ is add
 
 
-def test_fix_captured_value_keeps_autograd():
+def test_keep_graph_keeps_the_captured_value_differentiable():
     class Param(nn.Module):
         def __init__(self):
             super().__init__()
@@ -480,7 +480,7 @@ def test_fix_captured_value_keeps_autograd():
         return post - pre
 
     m = Param()
-    mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "p", m, op_=op)
+    mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "p", m, op_=op, keep_graph=True)
     m(torch.zeros(1))
     torch.testing.assert_close(mon.peek().detach(), torch.full((3,), 2.0))
     (pre,) = seen
@@ -492,6 +492,36 @@ def test_fix_captured_value_keeps_autograd():
     with torch.no_grad():
         m(torch.zeros(1))
     assert seen[0].grad_fn is None
+
+
+def test_history_is_detached_by_default():
+    class Param(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p = nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.p.mul_(3.0)
+            return x
+
+    seen = []
+
+    def op(post, pre):
+        seen.append(pre)
+        return post * 1.0 - pre
+
+    m = Param()
+    plain = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "p", m)
+    custom = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "p", m, op_=op)
+    assert plain.keep_graph is False
+    m(torch.zeros(1))
+    for mon in (plain, custom):
+        assert not mon.peek().requires_grad and mon.peek().grad_fn is None
+        torch.testing.assert_close(mon.peek(), torch.full((3,), 2.0))
+    assert seen[0].grad_fn is None  # the captured value is a plain copy
+    with pytest.raises(TypeError, match="keep_graph must be a bool"):
+        tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "p", m, keep_graph="no")
 
 
 # ------------------------------------------------------------------ errors

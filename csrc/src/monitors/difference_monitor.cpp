@@ -1,41 +1,68 @@
 #include <torch_monitor/monitors/difference_monitor.h>
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 
 namespace torch_monitor {
 namespace {
 
+// Whether a tensor should be copied with autograd: only when the monitor
+// keeps graphs and autograd would record the copy anyway.
+bool recordsGraph(const at::Tensor& t, bool keepGraph) {
+  return keepGraph && t.requires_grad() && c10::GradMode::is_enabled();
+}
+
+// `t` copied, into `spare` when it has the same shape, dtype and device
+// (and is unshared), else into new memory. Without autograd unless
+// recordsGraph().
+at::Tensor copyOf(const at::Tensor& t, bool keepGraph, at::Tensor spare) {
+  if (recordsGraph(t, keepGraph)) {
+    return t.clone();
+  }
+  at::NoGradGuard noGrad;
+  if (spare.defined() && spare.use_count() == 1 &&
+      spare.storage().use_count() == 1 && spare.sizes() == t.sizes() &&
+      spare.strides() == t.strides() && spare.dtype() == t.dtype() &&
+      spare.device() == t.device()) {
+    return spare.copy_(t);
+  }
+  return t.clone();
+}
+
 // The value before() keeps: tensors are copied, because the module may
 // update the very tensor in place during forward() (BatchNorm's
 // running_mean, `state.add_(x)`); a reference would then read the new value
-// and every difference would be zero. clone() is recorded by autograd when
-// the tensor requires grad and grad mode is on, so post - pre stays
-// differentiable. Values that cannot change in place (None, numbers,
-// strings, undefined tensors) are kept as they are.
-c10::IValue capture(const c10::IValue& value) {
+// and every difference would be zero. Values that cannot change in place
+// (None, numbers, strings, undefined tensors) are kept as they are.
+c10::IValue capture(
+    const c10::IValue& value,
+    bool keepGraph,
+    at::Tensor spare = at::Tensor()) {
   if (value.isTensor()) {
     const at::Tensor& t = value.toTensor();
     if (!t.defined()) {
       return value;
     }
-    return t.clone();
+    return copyOf(t, keepGraph, std::move(spare));
   }
   if (value.isTuple()) {
     const auto& elements = value.toTupleRef().elements();
     std::vector<c10::IValue> copies;
     copies.reserve(elements.size());
     for (const c10::IValue& element : elements) {
-      copies.push_back(capture(element));
+      copies.push_back(capture(element, keepGraph));
     }
     return c10::ivalue::Tuple::create(std::move(copies));
   }
   if (value.isList()) {
     c10::impl::GenericList copies(value.toList().elementType());
     for (const c10::IValue& element : value.toListRef()) {
-      copies.push_back(capture(element));
+      copies.push_back(capture(element, keepGraph));
     }
     return copies;
   }
@@ -48,12 +75,15 @@ std::string kindOf(const c10::IValue& value) {
 }
 
 // One pair of the default map: op(post, pre), with a None side counting as
-// zeros shaped like the other side (inferno's documented behaviour).
+// zeros shaped like the other side (inferno's documented behaviour). Without
+// autograd unless a graph is kept; the default op then writes post - pre
+// into pre's memory when that capture is held by nobody else.
 at::Tensor differenceOf(
     const c10::IValue& post,
     const c10::IValue& pre,
     const DifferenceMonitor::Op& op,
-    size_t index) {
+    size_t index,
+    bool keepGraph) {
   TORCH_CHECK_TYPE(
       (post.isTensor() || post.isNone()) && (pre.isTensor() || pre.isNone()),
       "the default map_ takes tensors, None or tuples of them; element ",
@@ -69,18 +99,37 @@ at::Tensor differenceOf(
       index,
       " of the value is None both before and after forward(), so there is "
       "no tensor to compare; pass map_ to handle it");
-  if (pre.isNone()) {
-    const at::Tensor& p = post.toTensor();
-    // post - 0, without materialising the zeros for the default op.
-    return op ? op(p, at::zeros_like(p)) : p.clone();
+  if (op) {
+    // A custom op gets zeros for a None side and decides about autograd
+    // itself (after() detaches what it returns unless graphs are kept).
+    const at::Tensor p =
+        post.isNone() ? at::zeros_like(pre.toTensor()) : post.toTensor();
+    const at::Tensor q =
+        pre.isNone() ? at::zeros_like(post.toTensor()) : pre.toTensor();
+    return op(p, q);
   }
+  const bool graph = (post.isTensor() && recordsGraph(post.toTensor(), keepGraph)) ||
+      (pre.isTensor() && recordsGraph(pre.toTensor(), keepGraph));
+  std::optional<at::NoGradGuard> noGrad;
+  if (!graph) {
+    noGrad.emplace();
+  }
+  if (pre.isNone()) {
+    return post.toTensor().clone(); // post - 0
+  }
+  const at::Tensor& q = pre.toTensor();
   if (post.isNone()) {
-    const at::Tensor& q = pre.toTensor();
-    return op ? op(at::zeros_like(q), q) : q.neg();
+    return q.neg(); // 0 - pre
   }
   const at::Tensor& p = post.toTensor();
-  const at::Tensor& q = pre.toTensor();
-  return op ? op(p, q) : at::sub(p, q);
+  if (!graph && p.defined() && q.defined() && q.use_count() == 1 &&
+      q.storage().use_count() == 1 && q.sizes() == p.sizes() &&
+      q.scalar_type() == at::result_type(p, q) && q.device() == p.device()) {
+    // pre is our own capture, held only by the caller's IValue: writing the
+    // difference into it saves an allocation.
+    return at::sub_out(const_cast<at::Tensor&>(q), p, q);
+  }
+  return at::sub(p, q);
 }
 
 // A tuple's elements; a single value (or None facing a tuple) as one.
@@ -101,9 +150,10 @@ std::vector<c10::IValue> elementsOf(
 std::vector<at::Tensor> defaultMap(
     const c10::IValue& post,
     const c10::IValue& pre,
-    const DifferenceMonitor::Op& op) {
+    const DifferenceMonitor::Op& op,
+    bool keepGraph) {
   if (!post.isTuple() && !pre.isTuple()) {
-    return {differenceOf(post, pre, op, 0)};
+    return {differenceOf(post, pre, op, 0, keepGraph)};
   }
   // Element-wise over tuples, the shorter one deciding the length (zip).
   const std::vector<c10::IValue> posts = elementsOf(post, pre);
@@ -112,7 +162,7 @@ std::vector<at::Tensor> defaultMap(
   std::vector<at::Tensor> out;
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    out.push_back(differenceOf(posts[i], pres[i], op, i));
+    out.push_back(differenceOf(posts[i], pres[i], op, i, keepGraph));
   }
   return out;
 }
@@ -123,11 +173,13 @@ DifferenceMonitor::DifferenceMonitor(
     std::shared_ptr<Reducer> reducer,
     std::string name,
     bool trainUpdate,
-    bool evalUpdate)
+    bool evalUpdate,
+    bool keepGraph)
     : reducer_(std::move(reducer)),
       name_(std::move(name)),
       trainUpdate_(trainUpdate),
-      evalUpdate_(evalUpdate) {
+      evalUpdate_(evalUpdate),
+      keepGraph_(keepGraph) {
   TORCH_CHECK_VALUE(
       reducer_ != nullptr,
       "DifferenceMonitor '",
@@ -135,38 +187,66 @@ DifferenceMonitor::DifferenceMonitor(
       "' needs a reducer to feed; got none");
 }
 
+c10::IValue DifferenceMonitor::takePending(std::thread::id thread) {
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (it->thread == thread) {
+      c10::IValue value = std::move(it->value);
+      pending_.erase(it);
+      return value;
+    }
+  }
+  return c10::IValue();
+}
+
 // A capture lives from a before() that ran to the after() of the same
-// forward() call: a skipped hook drops it too, so a value captured in one
-// call never pairs with another call (as could happen when forward() changes
-// the module's mode), and its memory is released at once.
+// forward() call on the same thread: a skipped hook drops it too, so a value
+// captured in one call never pairs with another call (as could happen when
+// forward() changes the module's mode), and its memory is released at once.
+// A thread whose forward() raised leaves its capture until its next
+// before() replaces it.
 void DifferenceMonitor::before(const c10::IValue& value, bool training) {
+  const std::thread::id me = std::this_thread::get_id();
+  detail::BlockingLock guard(mutex_);
+  c10::IValue old = takePending(me);
   if (!runsWhen(training)) {
-    pre_.reset();
     return;
   }
-  pre_ = capture(value);
+  // The capture is made under the lock: it is one tensor copy, and the
+  // spare buffer it may reuse is shared by the threads.
+  c10::IValue captured = capture(value, keepGraph(), std::move(spare_));
+  pending_.push_back(Pending{me, std::move(captured)});
 }
 
 void DifferenceMonitor::after(const c10::IValue& value, bool training) {
-  if (!runsWhen(training)) {
-    pre_.reset();
-    return;
+  const std::thread::id me = std::this_thread::get_id();
+  c10::IValue pre; // None without a capture (before() skipped in this call)
+  std::shared_ptr<const Callables> callables;
+  {
+    detail::BlockingLock guard(mutex_);
+    pre = takePending(me);
+    if (!runsWhen(training)) {
+      return;
+    }
+    callables = callables_;
   }
-  // Without a capture (before() was skipped in this call), the value before
-  // counts as None.
-  c10::IValue pre;
-  if (pre_.has_value()) {
-    pre = std::move(*pre_);
-    pre_.reset();
-  }
-  const bool pass =
-      filter_ ? filter_(value, pre) : !(value.isNone() && pre.isNone());
+  const Filter* filter = callables ? &callables->filter : nullptr;
+  const bool pass = filter != nullptr && *filter
+      ? (*filter)(value, pre)
+      : !(value.isNone() && pre.isNone());
   if (!pass) {
     return;
   }
   try {
-    const std::vector<at::Tensor> inputs =
-        map_ ? map_(value, pre) : defaultMap(value, pre, op_);
+    const bool keep = keepGraph();
+    std::vector<at::Tensor> inputs = differences(value, pre, callables.get(), keep);
+    if (!keep) {
+      // A custom map_ or op_ may hand back tensors with a graph.
+      for (at::Tensor& input : inputs) {
+        if (input.defined() && input.requires_grad()) {
+          input = input.detach();
+        }
+      }
+    }
     reducer_->forward(inputs);
   } catch (c10::Error& e) {
     // Keeps the error's type (ValueError stays ValueError) and says which
@@ -177,15 +257,53 @@ void DifferenceMonitor::after(const c10::IValue& value, bool training) {
         "' (the difference of that attribute across forward())");
     throw;
   }
+  // The capture's memory (now holding the difference, which the reducer has
+  // copied) serves the next capture when nobody else kept it.
+  if (pre.isTensor()) {
+    at::Tensor memory = std::move(pre).toTensor();
+    if (memory.defined() && memory.use_count() == 1 &&
+        memory.storage().use_count() == 1 && !memory.requires_grad()) {
+      detail::BlockingLock guard(mutex_);
+      spare_ = std::move(memory);
+    }
+  }
+}
+
+std::vector<at::Tensor> DifferenceMonitor::differences(
+    const c10::IValue& post,
+    c10::IValue& pre,
+    const Callables* callables,
+    bool keepGraph) const {
+  if (callables != nullptr && callables->map) {
+    return callables->map(post, pre);
+  }
+  return defaultMap(
+      post, pre, callables != nullptr ? callables->op : Op(), keepGraph);
 }
 
 void DifferenceMonitor::clear(bool keepshape) {
-  forget();
+  forgetAll();
   reducer_->clear(keepshape);
 }
 
-void DifferenceMonitor::forget() noexcept {
-  pre_.reset();
+void DifferenceMonitor::forget() {
+  const std::thread::id me = std::this_thread::get_id();
+  detail::BlockingLock guard(mutex_);
+  takePending(me);
+}
+
+void DifferenceMonitor::forgetAll() {
+  detail::BlockingLock guard(mutex_);
+  pending_.clear();
+  spare_ = at::Tensor();
+}
+
+bool DifferenceMonitor::hasCapture() const {
+  const std::thread::id me = std::this_thread::get_id();
+  detail::BlockingLock guard(mutex_);
+  return std::any_of(pending_.begin(), pending_.end(), [&](const Pending& p) {
+    return p.thread == me;
+  });
 }
 
 const std::shared_ptr<Reducer>& DifferenceMonitor::reducer() const noexcept {
@@ -196,37 +314,34 @@ const std::string& DifferenceMonitor::name() const noexcept {
   return name_;
 }
 
-bool DifferenceMonitor::trainUpdate() const noexcept {
-  return trainUpdate_;
-}
-
-void DifferenceMonitor::setTrainUpdate(bool value) noexcept {
-  trainUpdate_ = value;
-}
-
-bool DifferenceMonitor::evalUpdate() const noexcept {
-  return evalUpdate_;
-}
-
-void DifferenceMonitor::setEvalUpdate(bool value) noexcept {
-  evalUpdate_ = value;
+void DifferenceMonitor::replaceCallables(
+    const std::function<void(Callables&)>& change) {
+  detail::BlockingLock guard(mutex_);
+  auto next = callables_ ? std::make_shared<Callables>(*callables_)
+                         : std::make_shared<Callables>();
+  change(*next);
+  if (!next->filter && !next->map && !next->op) {
+    callables_.reset();
+  } else {
+    callables_ = std::move(next);
+  }
 }
 
 void DifferenceMonitor::setFilter(Filter filter) {
-  filter_ = std::move(filter);
+  replaceCallables([&](Callables& c) { c.filter = std::move(filter); });
 }
 
 void DifferenceMonitor::setMap(Map map) {
-  map_ = std::move(map);
+  replaceCallables([&](Callables& c) { c.map = std::move(map); });
 }
 
 void DifferenceMonitor::setOp(Op op) {
-  op_ = std::move(op);
+  replaceCallables([&](Callables& c) { c.op = std::move(op); });
 }
 
-bool DifferenceMonitor::hasCustomCallables() const noexcept {
-  return static_cast<bool>(filter_) || static_cast<bool>(map_) ||
-      static_cast<bool>(op_);
+bool DifferenceMonitor::hasCustomCallables() const {
+  detail::BlockingLock guard(mutex_);
+  return callables_ != nullptr;
 }
 
 } // namespace torch_monitor

@@ -1,6 +1,7 @@
 #include <torch_monitor/reducers/fold_reducer.h>
 
 #include <cmath>
+#include <utility>
 
 #include <ATen/ATen.h>
 
@@ -88,6 +89,7 @@ void FoldReducer::checkInputs(const std::vector<at::Tensor>& inputs) const {
 }
 
 void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
+  detail::BlockingLock guard(mutex_);
   checkInputs(inputs);
   StepGuard step(steps_);
   at::Tensor state;
@@ -125,6 +127,7 @@ void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
 }
 
 std::optional<at::Tensor> FoldReducer::peek() const {
+  detail::BlockingLock guard(mutex_);
   if (!hasState_) {
     return std::nullopt;
   }
@@ -132,6 +135,7 @@ std::optional<at::Tensor> FoldReducer::peek() const {
 }
 
 std::optional<at::Tensor> FoldReducer::dump() const {
+  detail::BlockingLock guard(mutex_);
   if (!hasState_) {
     return std::nullopt;
   }
@@ -140,6 +144,7 @@ std::optional<at::Tensor> FoldReducer::dump() const {
 
 std::optional<at::Tensor> FoldReducer::view(double time, double tolerance)
     const {
+  detail::BlockingLock guard(mutex_);
   if (!hasState_) {
     return std::nullopt;
   }
@@ -182,6 +187,7 @@ std::optional<at::Tensor> FoldReducer::view(
     const at::Tensor& time,
     double tolerance) const {
   TORCH_CHECK_VALUE(time.defined(), kind(), ".view: time is undefined");
+  detail::BlockingLock guard(mutex_);
   if (!hasState_) {
     return std::nullopt;
   }
@@ -288,6 +294,7 @@ std::optional<at::Tensor> FoldReducer::viewTensor(
 }
 
 void FoldReducer::clear(bool keepshape) {
+  detail::BlockingLock guard(mutex_);
   if (keepshape) {
     history_.refill();
   } else {
@@ -297,13 +304,35 @@ void FoldReducer::clear(bool keepshape) {
   steps_ = 0;
 }
 
-void FoldReducer::setParam(const std::string& name, double /*value*/) {
+std::map<std::string, double> FoldReducer::params() const {
+  detail::BlockingLock guard(mutex_);
+  return paramsLocked();
+}
+
+void FoldReducer::setParam(const std::string& name, double value) {
+  detail::BlockingLock guard(mutex_);
+  setParamLocked(name, value);
+}
+
+void FoldReducer::setParamLocked(const std::string& name, double /*value*/) {
   unknownParam(name);
+}
+
+std::optional<Criterion> FoldReducer::criterion() const {
+  detail::BlockingLock guard(mutex_);
+  const Criterion* criterion = criterionLocked();
+  return criterion != nullptr ? std::optional<Criterion>(*criterion)
+                              : std::nullopt;
+}
+
+void FoldReducer::setCriterion(Criterion criterion) {
+  detail::BlockingLock guard(mutex_);
+  setCriterionLocked(std::move(criterion));
 }
 
 void FoldReducer::unknownParam(const std::string& name) const {
   std::string known;
-  for (const auto& entry : params()) {
+  for (const auto& entry : paramsLocked()) {
     known += (known.empty() ? "" : ", ") + entry.first;
   }
   C10_THROW_ERROR(
@@ -317,11 +346,12 @@ void FoldReducer::unknownParam(const std::string& name) const {
                         : "; its parameters are " + known));
 }
 
-void FoldReducer::setCriterion(Criterion /*criterion*/) {
+void FoldReducer::setCriterionLocked(Criterion /*criterion*/) {
   TORCH_CHECK_VALUE(false, kind(), " takes no criterion");
 }
 
 void FoldReducer::setStepTime(double stepTime) {
+  detail::BlockingLock guard(mutex_);
   const int64_t size =
       torch_monitor::historySize(stepTime, duration_, inclusive_);
   if (stepTime == stepTime_) {
@@ -333,6 +363,7 @@ void FoldReducer::setStepTime(double stepTime) {
 }
 
 void FoldReducer::setDuration(double duration) {
+  detail::BlockingLock guard(mutex_);
   const int64_t size =
       torch_monitor::historySize(stepTime_, duration, inclusive_);
   duration_ = duration;
@@ -340,6 +371,7 @@ void FoldReducer::setDuration(double duration) {
 }
 
 void FoldReducer::setInclusive(bool inclusive) {
+  detail::BlockingLock guard(mutex_);
   const int64_t size =
       torch_monitor::historySize(stepTime_, duration_, inclusive);
   inclusive_ = inclusive;
@@ -349,15 +381,18 @@ void FoldReducer::setInclusive(bool inclusive) {
 void FoldReducer::to(
     std::optional<at::Device> device,
     std::optional<at::ScalarType> dtype) {
+  detail::BlockingLock guard(mutex_);
   history_.setStorage(history_.storage().to(
       device.value_or(this->device()), dtype.value_or(this->dtype())));
 }
 
 void FoldReducer::setStorage(const at::Tensor& storage) {
+  detail::BlockingLock guard(mutex_);
   history_.setStorage(storage);
 }
 
 FoldReducer::Snapshot FoldReducer::snapshot() const {
+  detail::BlockingLock guard(mutex_);
   return Snapshot{
       history_.storage(),
       history_.allocated(),
@@ -367,6 +402,7 @@ FoldReducer::Snapshot FoldReducer::snapshot() const {
 }
 
 void FoldReducer::restore(const Snapshot& snapshot) {
+  detail::BlockingLock guard(mutex_);
   TORCH_CHECK_VALUE(
       !snapshot.hasState || snapshot.allocated,
       "a saved ",
@@ -381,6 +417,65 @@ void FoldReducer::restore(const Snapshot& snapshot) {
   history_.restore(snapshot.storage, snapshot.allocated, snapshot.next);
   hasState_ = snapshot.hasState;
   steps_ = snapshot.steps;
+}
+
+double FoldReducer::stepTime() const {
+  detail::BlockingLock guard(mutex_);
+  return stepTime_;
+}
+
+double FoldReducer::duration() const {
+  detail::BlockingLock guard(mutex_);
+  return duration_;
+}
+
+bool FoldReducer::inclusive() const {
+  detail::BlockingLock guard(mutex_);
+  return inclusive_;
+}
+
+bool FoldReducer::inplace() const {
+  detail::BlockingLock guard(mutex_);
+  return inplace_;
+}
+
+void FoldReducer::setInplace(bool inplace) {
+  detail::BlockingLock guard(mutex_);
+  inplace_ = inplace;
+}
+
+int64_t FoldReducer::historySize() const {
+  detail::BlockingLock guard(mutex_);
+  return history_.size();
+}
+
+bool FoldReducer::hasState() const {
+  detail::BlockingLock guard(mutex_);
+  return hasState_;
+}
+
+int64_t FoldReducer::steps() const {
+  detail::BlockingLock guard(mutex_);
+  return steps_;
+}
+
+double FoldReducer::fill() const {
+  return history_.fill(); // fixed at construction
+}
+
+at::Tensor FoldReducer::storage() const {
+  detail::BlockingLock guard(mutex_);
+  return history_.storage();
+}
+
+at::ScalarType FoldReducer::dtype() const {
+  detail::BlockingLock guard(mutex_);
+  return history_.storage().scalar_type();
+}
+
+at::Device FoldReducer::device() const {
+  detail::BlockingLock guard(mutex_);
+  return history_.storage().device();
 }
 
 at::Tensor FoldReducer::asState(const at::Tensor& x) const {

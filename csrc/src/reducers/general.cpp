@@ -64,11 +64,11 @@ EventReducer::EventReducer(
       "EventReducer needs a criterion (e.g. Criterion::builtin(\"gt\", 0.0))");
 }
 
-std::map<std::string, double> EventReducer::params() const {
+std::map<std::string, double> EventReducer::paramsLocked() const {
   return {{"initial", fill()}};
 }
 
-void EventReducer::setParam(const std::string& name, double value) {
+void EventReducer::setParamLocked(const std::string& name, double value) {
   if (name != "initial") {
     unknownParam(name);
   }
@@ -82,7 +82,7 @@ void EventReducer::setParam(const std::string& name, double value) {
       value);
 }
 
-void EventReducer::setCriterion(Criterion criterion) {
+void EventReducer::setCriterionLocked(Criterion criterion) {
   TORCH_CHECK_VALUE(
       criterion.valid(), "EventReducer: the criterion cannot be empty");
   criterion_ = std::move(criterion);

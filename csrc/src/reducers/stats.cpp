@@ -36,15 +36,16 @@ EMAReducer::EMAReducer(
 }
 
 void EMAReducer::setAlpha(double alpha) {
+  detail::BlockingLock guard(mutex());
   checkAlpha(alpha);
   alpha_ = alpha;
 }
 
-std::map<std::string, double> EMAReducer::params() const {
+std::map<std::string, double> EMAReducer::paramsLocked() const {
   return {{"alpha", alpha_}};
 }
 
-void EMAReducer::setParam(const std::string& name, double value) {
+void EMAReducer::setParamLocked(const std::string& name, double value) {
   if (name != "alpha") {
     unknownParam(name);
   }

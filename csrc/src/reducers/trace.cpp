@@ -54,12 +54,14 @@ void TraceReducer::checkAmplitude(
 }
 
 void TraceReducer::setTimeConstant(double timeConstant) {
+  detail::BlockingLock guard(mutex());
   checkTimeConstant(kind(), timeConstant);
   timeConstant_ = timeConstant;
   updateDecay();
 }
 
 void TraceReducer::setAmplitude(double amplitude) {
+  detail::BlockingLock guard(mutex());
   checkAmplitude(kind(), amplitude, amplitudeMayBeZero_);
   amplitude_ = amplitude;
 }
@@ -72,11 +74,11 @@ void TraceReducer::onStepTimeChanged() {
   updateDecay();
 }
 
-std::map<std::string, double> TraceReducer::params() const {
+std::map<std::string, double> TraceReducer::paramsLocked() const {
   return {{"time_constant", timeConstant_}, {"amplitude", amplitude_}};
 }
 
-void TraceReducer::setParam(const std::string& name, double value) {
+void TraceReducer::setParamLocked(const std::string& name, double value) {
   if (name == "time_constant") {
     setTimeConstant(value);
   } else if (name == "amplitude") {
@@ -131,12 +133,13 @@ void TargetTraceReducer::checkTolerance(
 }
 
 void TargetTraceReducer::setTolerance(std::optional<double> tolerance) {
+  detail::BlockingLock guard(mutex());
   checkTolerance(kind(), tolerance);
   tolerance_ = tolerance;
 }
 
-std::map<std::string, double> TargetTraceReducer::params() const {
-  auto out = TraceReducer::params();
+std::map<std::string, double> TargetTraceReducer::paramsLocked() const {
+  auto out = TraceReducer::paramsLocked();
   out["target"] = target_;
   if (tolerance_) {
     out["tolerance"] = *tolerance_;
@@ -144,7 +147,7 @@ std::map<std::string, double> TargetTraceReducer::params() const {
   return out;
 }
 
-void TargetTraceReducer::setParam(const std::string& name, double value) {
+void TargetTraceReducer::setParamLocked(const std::string& name, double value) {
   if (name == "target") {
     setTarget(value);
   } else if (name == "tolerance") {
@@ -152,7 +155,7 @@ void TargetTraceReducer::setParam(const std::string& name, double value) {
     setTolerance(
         std::isnan(value) ? std::nullopt : std::optional<double>(value));
   } else {
-    TraceReducer::setParam(name, value);
+    TraceReducer::setParamLocked(name, value);
   }
 }
 
@@ -247,17 +250,17 @@ ScaledTraceReducer::ScaledTraceReducer(
           inplace),
       scale_(scale) {}
 
-std::map<std::string, double> ScaledTraceReducer::params() const {
-  auto out = TraceReducer::params();
+std::map<std::string, double> ScaledTraceReducer::paramsLocked() const {
+  auto out = TraceReducer::paramsLocked();
   out["scale"] = scale_;
   return out;
 }
 
-void ScaledTraceReducer::setParam(const std::string& name, double value) {
+void ScaledTraceReducer::setParamLocked(const std::string& name, double value) {
   if (name == "scale") {
     setScale(value);
   } else {
-    TraceReducer::setParam(name, value);
+    TraceReducer::setParamLocked(name, value);
   }
 }
 
@@ -314,7 +317,7 @@ ScaledNearestTraceReducer::ScaledNearestTraceReducer(
   checkCriterion(criterion_, kind());
 }
 
-void ScaledNearestTraceReducer::setCriterion(Criterion criterion) {
+void ScaledNearestTraceReducer::setCriterionLocked(Criterion criterion) {
   checkCriterion(criterion, kind());
   criterion_ = std::move(criterion);
 }
@@ -350,7 +353,7 @@ ScaledCumulativeTraceReducer::ScaledCumulativeTraceReducer(
   checkCriterion(criterion_, kind());
 }
 
-void ScaledCumulativeTraceReducer::setCriterion(Criterion criterion) {
+void ScaledCumulativeTraceReducer::setCriterionLocked(Criterion criterion) {
   checkCriterion(criterion, kind());
   criterion_ = std::move(criterion);
 }

@@ -30,21 +30,24 @@ void defineDifferenceMonitorClass(torch::Library& m) {
           torch::init([](c10::intrusive_ptr<ScriptReducer> reducer,
                          std::string name,
                          bool trainUpdate,
-                         bool evalUpdate) {
+                         bool evalUpdate,
+                         bool keepGraph) {
             return c10::make_intrusive<ScriptDifferenceMonitor>(
                 c10::IValue(std::move(reducer)),
                 std::move(name),
                 trainUpdate,
-                evalUpdate);
+                evalUpdate,
+                keepGraph);
           }),
           "DifferenceMonitor(reducer, name, train_update=True, "
-          "eval_update=True): feeds reducer the difference of a module "
-          "attribute across forward(); the module's hooks call before() and "
-          "after() with the attribute's value and self.training",
+          "eval_update=True, keep_graph=False): feeds reducer the difference "
+          "of a module attribute across forward(); the module's hooks call "
+          "before() and after() with the attribute's value and self.training",
           {torch::arg("reducer"),
            torch::arg("name"),
            torch::arg("train_update") = true,
-           torch::arg("eval_update") = true})
+           torch::arg("eval_update") = true,
+           torch::arg("keep_graph") = false})
       .def(
           "before",
           [](const Self& self, c10::IValue value, bool training) {
@@ -69,7 +72,19 @@ void defineDifferenceMonitorClass(torch::Library& m) {
       .def(
           "forget",
           [](const Self& self) { self->monitor().forget(); },
-          "forgets the captured value only")
+          "forgets the value this thread captured")
+      .def(
+          "forget_all",
+          [](const Self& self) { self->monitor().forgetAll(); },
+          "forgets the values every thread captured")
+      .def(
+          "keep_graph",
+          [](const Self& self) { return self->monitor().keepGraph(); })
+      .def(
+          "set_keep_graph",
+          [](const Self& self, bool value) {
+            self->monitor().setKeepGraph(value);
+          })
       .def(
           "reducer",
           [](const Self& self) { return self->scriptReducer(); })
@@ -114,7 +129,7 @@ void defineDifferenceMonitorClass(torch::Library& m) {
           {torch::arg("time"), torch::arg("tolerance") = 1e-7})
       .def_pickle(
           [](const Self& self) { return self->state(); },
-          [](ScriptDifferenceMonitor::State state) {
+          [](c10::IValue state) {
             return ScriptDifferenceMonitor::fromState(std::move(state));
           });
 }
@@ -140,10 +155,16 @@ ScriptDifferenceMonitor::ScriptDifferenceMonitor(
     c10::IValue reducer,
     std::string name,
     bool trainUpdate,
-    bool evalUpdate)
+    bool evalUpdate,
+    bool keepGraph)
     : reducerObject_(std::move(reducer)),
       reducer_(reducerOf(reducerObject_)),
-      monitor_(reducer_->reducer(), std::move(name), trainUpdate, evalUpdate) {}
+      monitor_(
+          reducer_->reducer(),
+          std::move(name),
+          trainUpdate,
+          evalUpdate,
+          keepGraph) {}
 
 ScriptDifferenceMonitor::State ScriptDifferenceMonitor::state() const {
   TORCH_CHECK(
@@ -159,21 +180,37 @@ ScriptDifferenceMonitor::State ScriptDifferenceMonitor::state() const {
       monitor_.name(),
       monitor_.trainUpdate(),
       monitor_.evalUpdate(),
-      reducerObject_);
+      reducerObject_,
+      monitor_.keepGraph());
 }
 
 c10::intrusive_ptr<ScriptDifferenceMonitor> ScriptDifferenceMonitor::fromState(
-    State state) {
-  auto& [version, name, trainUpdate, evalUpdate, reducer] = state;
+    c10::IValue state) {
   TORCH_CHECK(
-      version == kStateVersion,
+      state.isTuple() && !state.toTupleRef().elements().empty() &&
+          state.toTupleRef().elements()[0].isInt(),
+      "cannot load a torch_monitor DifferenceMonitor: its saved state is not "
+      "a versioned tuple (a corrupted or foreign file?)");
+  const auto& fields = state.toTupleRef().elements();
+  const int64_t version = fields[0].toInt();
+  const size_t expected = version == 1 ? 5 : 6;
+  TORCH_CHECK(
+      (version == 1 || version == kStateVersion) && fields.size() == expected &&
+          fields[1].isString() && fields[2].isBool() && fields[3].isBool() &&
+          (version == 1 || fields[5].isBool()),
       "cannot load a torch_monitor DifferenceMonitor saved with state version ",
       version,
-      "; this build reads version ",
+      " (",
+      fields.size(),
+      " fields); this build reads versions 1 and ",
       kStateVersion,
       ". Load the model with the torch_monitor release that saved it.");
   return c10::make_intrusive<ScriptDifferenceMonitor>(
-      std::move(reducer), std::move(name), trainUpdate, evalUpdate);
+      fields[4],
+      fields[1].toStringRef(),
+      fields[2].toBool(),
+      fields[3].toBool(),
+      version == 1 ? false : fields[5].toBool());
 }
 
 void registerMonitorClasses(torch::Library& m) {

@@ -74,7 +74,7 @@ ScriptReducer::State ScriptReducer::state(bool forSaving) const {
   const FoldReducer& r = fold();
   std::string criterionName;
   double threshold = 0.0;
-  if (const Criterion* c = r.criterion(); c != nullptr && c->valid()) {
+  if (const std::optional<Criterion> c = r.criterion(); c && c->valid()) {
     if (c->isBuiltin()) {
       criterionName = c->name();
       threshold = c->threshold();
@@ -268,8 +268,8 @@ void registerReducerClasses(torch::Library& m) {
       .def(
           "criterion",
           [](const Self& self) {
-            const Criterion* c = self->fold().criterion();
-            return c == nullptr ? std::string() : c->repr();
+            const std::optional<Criterion> c = self->fold().criterion();
+            return c ? c->repr() : std::string();
           },
           "the criterion as text ('gt(0.5)', 'nonzero', a callable's repr), "
           "'' for reducers without one")
@@ -287,7 +287,7 @@ void registerReducerClasses(torch::Library& m) {
             // TensorImpls it has seen alive (PyObject preservation), and a
             // history whose own TensorImpl is shared can no longer be written
             // in place (every step would copy all N rows).
-            return at::alias(self->fold().history().storage());
+            return at::alias(self->fold().storage());
           },
           "the history tensor in storage order ([N, *state shape]; an empty "
           "tensor of the history's dtype and device before the first step)")

@@ -1,13 +1,16 @@
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
 
+#include <torch_monitor/detail/blocking_lock.h>
 #include <torch_monitor/export.h>
 #include <torch_monitor/reducers/reducer.h>
 
@@ -20,8 +23,19 @@ namespace torch_monitor {
 // The hooks themselves (Python nn.Module hooks, TorchScript hooks, or
 // torch_monitor::nn hooks for C++ modules) resolve the attribute and call
 // these; this class is the part shared by the three worlds.
-// Thread safety: none; a monitor is driven by one module's hooks, which run
-// on the thread calling forward().
+//
+// History is detached from autograd by default: the value before forward()
+// is copied without autograd and the reducer is fed detached differences,
+// so a monitor on a parameter never keeps a step's graph alive (which would
+// grow memory with every step). keepGraph() opts in to differentiable
+// differences, at that cost.
+//
+// Thread safety: every method may be called from several threads at once.
+// Concurrent forward() calls of one module (a scripted model served from a
+// thread pool) each pair their own before() and after(): a capture belongs
+// to the thread that made it. The reducer is fed one difference at a time
+// (its own lock). The Python filter_/map_/op_ are called without any of our
+// locks held.
 class TORCH_MONITOR_API DifferenceMonitor {
  public:
   // (post, pre) -> whether the pair reaches the reducer. Default: reject only
@@ -40,22 +54,23 @@ class TORCH_MONITOR_API DifferenceMonitor {
       std::shared_ptr<Reducer> reducer,
       std::string name,
       bool trainUpdate = true,
-      bool evalUpdate = true);
+      bool evalUpdate = true,
+      bool keepGraph = false);
 
   // Captures the value before forward(); a copy, so in-place updates during
-  // forward() are measured (autograd-preserving when the value requires grad
-  // and grad mode is on). Skipped when `training` does not match the
-  // train/eval flags.
-  // (A skipped before() or after() drops a pending capture: after() pairs only
-  // with the before() of the same forward() call, else the value before
-  // counts as None.)
+  // forward() are measured (detached, unless keepGraph() and the value
+  // requires grad with grad mode on). Skipped when `training` does not match
+  // the train/eval flags.
+  // (A skipped before() or after() drops the calling thread's pending
+  // capture: after() pairs only with the before() of the same forward()
+  // call, else the value before counts as None.)
   void before(const c10::IValue& value, bool training);
   // Compares with the captured value and feeds the reducer. Skipped like
   // before(). Errors (shape or device mismatches in the reducer) name the
   // monitor.
   void after(const c10::IValue& value, bool training);
 
-  // Forgets the captured value and clears the reducer.
+  // Forgets every thread's captured value and clears the reducer.
   void clear(bool keepshape = false);
 
   // Whether before()/after() act for a module in this mode (the train/eval
@@ -63,35 +78,79 @@ class TORCH_MONITOR_API DifferenceMonitor {
   bool runsWhen(bool training) const noexcept {
     return training ? trainUpdate_ : evalUpdate_;
   }
-  // Forgets the captured value only (clear() without touching the reducer).
-  void forget() noexcept;
-  // Whether before() captured a value that after() has not consumed yet.
-  bool hasCapture() const noexcept {
-    return pre_.has_value();
-  }
+  // Forgets the calling thread's captured value (what a skipped hook does).
+  void forget();
+  // Forgets every thread's captured value (clear() without the reducer).
+  void forgetAll();
+  // Whether before() on this thread captured a value that after() has not
+  // consumed yet.
+  bool hasCapture() const;
 
   const std::shared_ptr<Reducer>& reducer() const noexcept;
   const std::string& name() const noexcept;
-  bool trainUpdate() const noexcept;
-  void setTrainUpdate(bool value) noexcept;
-  bool evalUpdate() const noexcept;
-  void setEvalUpdate(bool value) noexcept;
+  bool trainUpdate() const noexcept {
+    return trainUpdate_.load(std::memory_order_relaxed);
+  }
+  void setTrainUpdate(bool value) noexcept {
+    trainUpdate_.store(value, std::memory_order_relaxed);
+  }
+  bool evalUpdate() const noexcept {
+    return evalUpdate_.load(std::memory_order_relaxed);
+  }
+  void setEvalUpdate(bool value) noexcept {
+    evalUpdate_.store(value, std::memory_order_relaxed);
+  }
+  // Whether differences keep their autograd graph (see the class comment).
+  bool keepGraph() const noexcept {
+    return keepGraph_.load(std::memory_order_relaxed);
+  }
+  void setKeepGraph(bool value) noexcept {
+    keepGraph_.store(value, std::memory_order_relaxed);
+  }
 
   // Custom callables; an empty std::function restores the default.
   void setFilter(Filter filter);
   void setMap(Map map);
   void setOp(Op op);
-  bool hasCustomCallables() const noexcept;
+  bool hasCustomCallables() const;
 
  private:
+  // The custom callables, replaced as a whole so that after() can use them
+  // outside the lock; nullptr when all are the defaults.
+  struct Callables {
+    Filter filter;
+    Map map;
+    Op op;
+  };
+  // A capture waiting for the after() of the same thread.
+  struct Pending {
+    std::thread::id thread;
+    c10::IValue value;
+  };
+
+  void replaceCallables(const std::function<void(Callables&)>& change);
+  // Removes and returns the calling thread's capture (None when there is
+  // none); the lock must be held.
+  c10::IValue takePending(std::thread::id thread);
+  std::vector<at::Tensor> differences(
+      const c10::IValue& post,
+      c10::IValue& pre,
+      const Callables* callables,
+      bool keepGraph) const;
+
   std::shared_ptr<Reducer> reducer_;
   std::string name_;
-  bool trainUpdate_;
-  bool evalUpdate_;
-  Filter filter_;
-  Map map_;
-  Op op_;
-  std::optional<c10::IValue> pre_; // captured by before(), consumed by after()
+  std::atomic<bool> trainUpdate_;
+  std::atomic<bool> evalUpdate_;
+  std::atomic<bool> keepGraph_;
+  mutable detail::ForkSafeMutex mutex_; // guards what follows
+  std::shared_ptr<const Callables> callables_;
+  // One entry per thread inside forward(); a handful at most.
+  std::vector<Pending> pending_;
+  // A tensor whose memory the next capture may reuse: the previous capture,
+  // once its difference has been fed and nobody else holds it. Saves two
+  // allocations per forward() for the common single-tensor attribute.
+  at::Tensor spare_;
 };
 
 } // namespace torch_monitor

@@ -10,6 +10,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include <torch_monitor/detail/blocking_lock.h>
 #include <torch_monitor/export.h>
 #include <torch_monitor/reducers/criterion.h>
 #include <torch_monitor/reducers/history.h>
@@ -32,7 +33,9 @@ namespace torch_monitor {
 // device; they are cast to that dtype. Nothing on the forward path reads a
 // value back from the device, so a CUDA forward never waits for the GPU.
 //
-// Thread safety: none; a reducer is fed and read by one thread at a time.
+// Thread safety: every public method may be called from several threads at
+// once (TorchScript serves a model from a thread pool without the GIL): each
+// takes the reducer's own lock, so steps are applied one at a time, whole.
 class TORCH_MONITOR_API FoldReducer : public Reducer {
  public:
   // Everything a saved reducer needs besides its configuration.
@@ -44,17 +47,17 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
     int64_t steps = 0;
   };
 
-  void forward(const std::vector<at::Tensor>& inputs) override;
-  std::optional<at::Tensor> peek() const override;
-  std::optional<at::Tensor> dump() const override;
+  void forward(const std::vector<at::Tensor>& inputs) final;
+  std::optional<at::Tensor> peek() const final;
+  std::optional<at::Tensor> dump() const final;
   // A 0-dim `time` is one time for every element (read on the host, so from
   // a CUDA tensor it synchronises; prefer the double overload).
   std::optional<at::Tensor> view(
       const at::Tensor& time,
-      double tolerance = 1e-7) const override;
+      double tolerance = 1e-7) const final;
   // One time for every element.
   std::optional<at::Tensor> view(double time, double tolerance = 1e-7) const;
-  void clear(bool keepshape = false) override;
+  void clear(bool keepshape = false) final;
 
   // The inferno class name ("EMAReducer", ...); makeReducer() takes it.
   virtual const char* kind() const noexcept = 0;
@@ -63,66 +66,41 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
     return 1;
   }
   // The kind's own parameters by name (see makeReducer() for the names).
-  virtual std::map<std::string, double> params() const {
-    return {};
-  }
+  std::map<std::string, double> params() const;
   // Changes one of params(); throws c10::ValueError for an unknown name or an
   // invalid value. Parameters fixed at construction (EventReducer's initial)
   // cannot be set.
-  virtual void setParam(const std::string& name, double value);
-  // The criterion of EventReducer and the Scaled*TraceReducers, else nullptr.
-  virtual const Criterion* criterion() const noexcept {
-    return nullptr;
-  }
+  void setParam(const std::string& name, double value);
+  // A copy of the criterion of EventReducer and the Scaled*TraceReducers,
+  // else nullopt.
+  std::optional<Criterion> criterion() const;
   // Throws c10::ValueError for reducers without a criterion or an empty one.
-  virtual void setCriterion(Criterion criterion);
+  void setCriterion(Criterion criterion);
 
-  double stepTime() const noexcept {
-    return stepTime_;
-  }
+  double stepTime() const;
   // Resizes the history when N changes (keeping the newest rows).
   void setStepTime(double stepTime);
-  double duration() const noexcept {
-    return duration_;
-  }
+  double duration() const;
   // Resizes the history when N changes (keeping the newest rows). Unlike
   // inferno 0.0.5, whose setter overwrote the step time instead.
   void setDuration(double duration);
-  bool inclusive() const noexcept {
-    return inclusive_;
-  }
+  bool inclusive() const;
   void setInclusive(bool inclusive);
-  bool inplace() const noexcept {
-    return inplace_;
-  }
-  void setInplace(bool inplace) noexcept {
-    inplace_ = inplace;
-  }
+  bool inplace() const;
+  void setInplace(bool inplace);
 
   // N, the number of states kept.
-  int64_t historySize() const noexcept {
-    return history_.size();
-  }
+  int64_t historySize() const;
   // Whether a state exists (peek() is not nullopt).
-  bool hasState() const noexcept {
-    return hasState_;
-  }
+  bool hasState() const;
   // Steps since construction or the last clear().
-  int64_t steps() const noexcept {
-    return steps_;
-  }
-  double fill() const noexcept {
-    return history_.fill();
-  }
-  const History& history() const noexcept {
-    return history_;
-  }
-  at::ScalarType dtype() const {
-    return history_.storage().scalar_type();
-  }
-  at::Device device() const {
-    return history_.storage().device();
-  }
+  int64_t steps() const;
+  double fill() const;
+  // The history's tensor, [N, *state shape] once allocated (else an empty
+  // stand-in carrying the dtype and device), rows in storage order.
+  at::Tensor storage() const;
+  at::ScalarType dtype() const;
+  at::Device device() const;
   // Moves and/or casts the history (and the dtype/device of future ones).
   // The dtype must be floating point.
   void to(std::optional<at::Device> device, std::optional<at::ScalarType> dtype);
@@ -160,10 +138,27 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
       double stepTime) const = 0;
   // Called after the step time changed (decay factors depend on it).
   virtual void onStepTimeChanged() {}
+  // params(), setParam(), criterion() and setCriterion() of a subclass,
+  // called with the lock held.
+  virtual std::map<std::string, double> paramsLocked() const {
+    return {};
+  }
+  virtual void setParamLocked(const std::string& name, double value);
+  virtual const Criterion* criterionLocked() const noexcept {
+    return nullptr;
+  }
+  virtual void setCriterionLocked(Criterion criterion);
 
+  // The reducer's lock (recursive). Subclasses' own public methods hold it
+  // while they read or write their parameters:
+  // `detail::BlockingLock guard(mutex());`. fold(), interpolate() and the
+  // *Locked() hooks are called with it held.
+  detail::ForkSafeMutex& mutex() const noexcept {
+    return mutex_;
+  }
   // `x` cast to the history's dtype.
   at::Tensor asState(const at::Tensor& x) const;
-  // For setParam() of subclasses: the ValueError for an unknown name.
+  // For setParamLocked() of subclasses: the ValueError for an unknown name.
   [[noreturn]] void unknownParam(const std::string& name) const;
 
  private:
@@ -173,6 +168,7 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
       const at::Tensor& time,
       double tolerance) const;
 
+  mutable detail::ForkSafeMutex mutex_;
   double stepTime_;
   double duration_;
   bool inclusive_;

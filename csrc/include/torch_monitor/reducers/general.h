@@ -8,7 +8,7 @@ namespace torch_monitor {
 
 // Records the observations themselves: s = x. Interpolation takes the older
 // neighbour; fill 0.
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API PassthroughReducer : public FoldReducer {
  public:
   explicit PassthroughReducer(
@@ -36,7 +36,7 @@ class TORCH_MONITOR_API PassthroughReducer : public FoldReducer {
 // match, else the previous value + stepTime; before the first match the
 // initial value ("inf", "zero" or "nan"), which is also the fill.
 // Interpolation adds the time elapsed since the older neighbour.
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API EventReducer : public FoldReducer {
  public:
   // `initial` is "inf", "zero" or "nan" (any case); anything else, or an
@@ -52,13 +52,7 @@ class TORCH_MONITOR_API EventReducer : public FoldReducer {
   const char* kind() const noexcept override {
     return "EventReducer";
   }
-  // {"initial": inf | 0 | nan}; fixed at construction.
-  std::map<std::string, double> params() const override;
-  void setParam(const std::string& name, double value) override;
-  const Criterion* criterion() const noexcept override {
-    return &criterion_;
-  }
-  void setCriterion(Criterion criterion) override;
+  // inf, 0 or nan; fixed at construction (params()["initial"]).
   double initial() const noexcept {
     return fill();
   }
@@ -66,6 +60,13 @@ class TORCH_MONITOR_API EventReducer : public FoldReducer {
   static double initialValue(const std::string& initial);
 
  protected:
+  const Criterion* criterionLocked() const noexcept override {
+    return &criterion_;
+  }
+  // {"initial": inf | 0 | nan}.
+  std::map<std::string, double> paramsLocked() const override;
+  void setParamLocked(const std::string& name, double value) override;
+  void setCriterionLocked(Criterion criterion) override;
   at::Tensor fold(
       const std::vector<at::Tensor>& inputs,
       const std::optional<at::Tensor>& state) override;

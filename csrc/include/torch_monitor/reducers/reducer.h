@@ -11,8 +11,10 @@ namespace torch_monitor {
 
 // What a monitor feeds: folds the inputs of each step into a state and keeps
 // a history of the last states in tensors (on the CPU or CUDA).
-// Thread safety: none; feed and read a reducer from one thread at a time
-// (module hooks run on the thread calling forward()).
+// Thread safety: up to the implementation; every reducer of this library
+// (FoldReducer) is safe to call from several threads. DifferenceMonitor
+// feeds it from whichever thread runs forward(); a reducer of your own must
+// allow that if its module is served from several threads.
 class TORCH_MONITOR_API Reducer {
  public:
   virtual ~Reducer();

@@ -6,7 +6,7 @@ namespace torch_monitor {
 
 // Exponential moving average: s = x at the first step, then
 // alpha * x + (1 - alpha) * s. Linear interpolation; fill 0.
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API EMAReducer : public FoldReducer {
  public:
   // Throws c10::ValueError unless 0 <= alpha <= 1.
@@ -20,14 +20,15 @@ class TORCH_MONITOR_API EMAReducer : public FoldReducer {
   const char* kind() const noexcept override {
     return "EMAReducer";
   }
-  double alpha() const noexcept {
+  double alpha() const {
+    detail::BlockingLock guard(mutex());
     return alpha_;
   }
   void setAlpha(double alpha);
-  std::map<std::string, double> params() const override;
-  void setParam(const std::string& name, double value) override;
 
  protected:
+  std::map<std::string, double> paramsLocked() const override;
+  void setParamLocked(const std::string& name, double value) override;
   at::Tensor fold(
       const std::vector<at::Tensor>& inputs,
       const std::optional<at::Tensor>& state) override;
@@ -43,7 +44,7 @@ class TORCH_MONITOR_API EMAReducer : public FoldReducer {
 
 // Cumulative average of every observation since the last clear():
 // s = s + (x - s) / n at the n-th step. Linear interpolation; fill 0.
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API CAReducer : public FoldReducer {
  public:
   explicit CAReducer(

@@ -10,26 +10,29 @@ namespace torch_monitor {
 // decay = exp(-stepTime / timeConstant) per step between matches, read
 // between steps as prev * exp(-sampleAt / timeConstant); fill 0. The decay
 // factor follows changes of the step time and of the time constant.
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API TraceReducer : public FoldReducer {
  public:
-  double timeConstant() const noexcept {
+  double timeConstant() const {
+    detail::BlockingLock guard(mutex());
     return timeConstant_;
   }
   // Throws c10::ValueError unless timeConstant > 0.
   void setTimeConstant(double timeConstant);
-  double decay() const noexcept {
+  double decay() const {
+    detail::BlockingLock guard(mutex());
     return decay_;
   }
-  double amplitude() const noexcept {
+  double amplitude() const {
+    detail::BlockingLock guard(mutex());
     return amplitude_;
   }
   void setAmplitude(double amplitude);
-  // {"time_constant", "amplitude"} plus the subclass's own.
-  std::map<std::string, double> params() const override;
-  void setParam(const std::string& name, double value) override;
 
  protected:
+  // {"time_constant", "amplitude"} plus the subclass's own.
+  std::map<std::string, double> paramsLocked() const override;
+  void setParamLocked(const std::string& name, double value) override;
   // `kindName` names the subclass in constructor errors (kind() is not
   // callable while a base is being constructed).
   TraceReducer(
@@ -66,26 +69,29 @@ class TORCH_MONITOR_API TraceReducer : public FoldReducer {
 // Traces whose matches are observations equal to `target` (or within
 // `tolerance` of it): NearestTraceReducer and CumulativeTraceReducer.
 // Observations are cast to the reducer's dtype before the comparison.
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API TargetTraceReducer : public TraceReducer {
  public:
-  double target() const noexcept {
+  double target() const {
+    detail::BlockingLock guard(mutex());
     return target_;
   }
-  void setTarget(double target) noexcept {
+  void setTarget(double target) {
+    detail::BlockingLock guard(mutex());
     target_ = target;
   }
-  const std::optional<double>& tolerance() const noexcept {
+  std::optional<double> tolerance() const {
+    detail::BlockingLock guard(mutex());
     return tolerance_;
   }
   // nullopt: exact equality; else throws c10::ValueError unless > 0.
   void setTolerance(std::optional<double> tolerance);
-  // Adds "target" and, when set, "tolerance" (setParam("tolerance", NaN)
-  // unsets it).
-  std::map<std::string, double> params() const override;
-  void setParam(const std::string& name, double value) override;
 
  protected:
+  // Adds "target" and, when set, "tolerance" (setParam("tolerance", NaN)
+  // unsets it).
+  std::map<std::string, double> paramsLocked() const override;
+  void setParamLocked(const std::string& name, double value) override;
   TargetTraceReducer(
       const char* kindName,
       double stepTime,
@@ -110,7 +116,7 @@ class TORCH_MONITOR_API TargetTraceReducer : public TraceReducer {
 };
 
 // s = amplitude where x matches the target, else decay * s.
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API NearestTraceReducer : public TargetTraceReducer {
  public:
   // Throws c10::ValueError for timeConstant <= 0, amplitude == 0 or a
@@ -135,7 +141,7 @@ class TORCH_MONITOR_API NearestTraceReducer : public TargetTraceReducer {
 };
 
 // s = decay * s + amplitude * [x matches the target].
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API CumulativeTraceReducer : public TargetTraceReducer {
  public:
   // Throws like NearestTraceReducer.
@@ -160,20 +166,22 @@ class TORCH_MONITOR_API CumulativeTraceReducer : public TargetTraceReducer {
 
 // Traces that add scale * x + amplitude on a match, the match being a
 // criterion of x (Scaled*) or a second input (Conditional*).
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API ScaledTraceReducer : public TraceReducer {
  public:
-  double scale() const noexcept {
+  double scale() const {
+    detail::BlockingLock guard(mutex());
     return scale_;
   }
-  void setScale(double scale) noexcept {
+  void setScale(double scale) {
+    detail::BlockingLock guard(mutex());
     scale_ = scale;
   }
-  // Adds "scale".
-  std::map<std::string, double> params() const override;
-  void setParam(const std::string& name, double value) override;
 
  protected:
+  // Adds "scale".
+  std::map<std::string, double> paramsLocked() const override;
+  void setParamLocked(const std::string& name, double value) override;
   ScaledTraceReducer(
       const char* kindName,
       double stepTime,
@@ -201,7 +209,7 @@ class TORCH_MONITOR_API ScaledTraceReducer : public TraceReducer {
 };
 
 // Scaled nearest trace whose matches are criterion(x).
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API ScaledNearestTraceReducer : public ScaledTraceReducer {
  public:
   // Throws c10::ValueError for timeConstant <= 0 or an empty criterion.
@@ -217,12 +225,12 @@ class TORCH_MONITOR_API ScaledNearestTraceReducer : public ScaledTraceReducer {
   const char* kind() const noexcept override {
     return "ScaledNearestTraceReducer";
   }
-  const Criterion* criterion() const noexcept override {
-    return &criterion_;
-  }
-  void setCriterion(Criterion criterion) override;
 
  protected:
+  const Criterion* criterionLocked() const noexcept override {
+    return &criterion_;
+  }
+  void setCriterionLocked(Criterion criterion) override;
   at::Tensor fold(
       const std::vector<at::Tensor>& inputs,
       const std::optional<at::Tensor>& state) override;
@@ -232,7 +240,7 @@ class TORCH_MONITOR_API ScaledNearestTraceReducer : public ScaledTraceReducer {
 };
 
 // Scaled cumulative trace whose matches are criterion(x).
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API ScaledCumulativeTraceReducer
     : public ScaledTraceReducer {
  public:
@@ -249,12 +257,12 @@ class TORCH_MONITOR_API ScaledCumulativeTraceReducer
   const char* kind() const noexcept override {
     return "ScaledCumulativeTraceReducer";
   }
-  const Criterion* criterion() const noexcept override {
-    return &criterion_;
-  }
-  void setCriterion(Criterion criterion) override;
 
  protected:
+  const Criterion* criterionLocked() const noexcept override {
+    return &criterion_;
+  }
+  void setCriterionLocked(Criterion criterion) override;
   at::Tensor fold(
       const std::vector<at::Tensor>& inputs,
       const std::optional<at::Tensor>& state) override;
@@ -265,7 +273,7 @@ class TORCH_MONITOR_API ScaledCumulativeTraceReducer
 
 // Scaled nearest trace fed two inputs, (x, condition): the matches are the
 // condition (a bool tensor, or nonzero elements of another dtype).
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API ConditionalNearestTraceReducer
     : public ScaledTraceReducer {
  public:
@@ -293,7 +301,7 @@ class TORCH_MONITOR_API ConditionalNearestTraceReducer
 
 // Scaled cumulative trace fed (x, condition); see
 // ConditionalNearestTraceReducer.
-// Thread safety: as FoldReducer (none).
+// Thread safety: as FoldReducer (every method takes its lock).
 class TORCH_MONITOR_API ConditionalCumulativeTraceReducer
     : public ScaledTraceReducer {
  public:

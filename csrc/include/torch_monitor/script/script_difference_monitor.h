@@ -16,7 +16,7 @@ namespace torch_monitor::script {
 // as an attribute; its hooks call before()/after() on it, in eager Python
 // (through the binding's fast path) and in scripted or loaded modules alike.
 // It shares the reducer with the Python reducer object it was built from.
-// Thread safety: as DifferenceMonitor (none; one module's hooks drive it).
+// Thread safety: as DifferenceMonitor (every method from any thread).
 class ScriptDifferenceMonitor : public torch::CustomClassHolder {
  public:
   // Pickled state; the version comes first so later layouts can be read.
@@ -27,8 +27,9 @@ class ScriptDifferenceMonitor : public torch::CustomClassHolder {
       std::string, // name: the attribute path
       bool, // train_update
       bool, // eval_update
-      c10::IValue>; // the Reducer object, pickled by its class
-  static constexpr int64_t kStateVersion = 1;
+      c10::IValue, // the Reducer object, pickled by its class
+      bool>; // keep_graph (absent in version 1, which kept none)
+  static constexpr int64_t kStateVersion = 2;
 
   // `reducer` is a torch.classes.torch_monitor.Reducer object (an
   // intrusive_ptr<ScriptReducer> converts). The very object is kept, not
@@ -39,7 +40,8 @@ class ScriptDifferenceMonitor : public torch::CustomClassHolder {
       c10::IValue reducer,
       std::string name,
       bool trainUpdate,
-      bool evalUpdate);
+      bool evalUpdate,
+      bool keepGraph = false);
 
   DifferenceMonitor& monitor() noexcept {
     return monitor_;
@@ -59,7 +61,9 @@ class ScriptDifferenceMonitor : public torch::CustomClassHolder {
   // callables: those cannot be saved, and a silently different monitor after
   // loading would be worse than no save.
   State state() const;
-  static c10::intrusive_ptr<ScriptDifferenceMonitor> fromState(State state);
+  // Reads versions 1 and 2 (version 1's tuple has no keep_graph).
+  static c10::intrusive_ptr<ScriptDifferenceMonitor> fromState(
+      c10::IValue state);
 
  private:
   c10::IValue reducerObject_;

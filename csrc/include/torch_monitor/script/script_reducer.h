@@ -14,7 +14,7 @@ namespace torch_monitor::script {
 
 // The TorchScript face of every reducer: torch.classes.torch_monitor.Reducer,
 // holding one C++ Reducer (which kind is part of its pickled state).
-// Thread safety: as Reducer.
+// Thread safety: as its Reducer (FoldReducer: any thread).
 class ScriptReducer : public torch::CustomClassHolder {
  public:
   // The pickled state (also what state_dict() carries); the version comes
