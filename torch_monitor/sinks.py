@@ -26,7 +26,9 @@ warned about). Registering a sink both with ``register()``/``with`` and with
 A sink never raises into the code that logs: an unwritable directory, a full
 disk or a removed directory is warned about once (a ``RuntimeWarning`` when
 found by the constructor, ``flush()`` or ``close()``; a C++ warning on stderr
-when found by the background thread) and retried. See docs/sinks.md.
+when found by the background thread) and retried. Pipes and FIFOs never
+block, hang exit or raise ``SIGPIPE``; every sink survives ``fork()``. See
+docs/sinks.md ("Pipes, FIFOs, fork and exit").
 """
 
 from __future__ import annotations
@@ -61,6 +63,40 @@ def _seconds(value: Seconds, what: str = "flush_interval") -> float:
             f"got {type(value).__name__}"
         )
     return float(value)
+
+
+def _path(value: Union[str, bytes, os.PathLike], what: str) -> str:
+    """A path as UTF-8 text without NUL; ``what`` names the argument."""
+    path = os.fspath(value)
+    if isinstance(path, bytes):
+        try:
+            path = path.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{what} is not valid UTF-8 (byte {e.start}: {e.reason}); "
+                "pass the path as UTF-8 text"
+            ) from None
+    if "\0" in path:
+        raise ValueError(
+            f"{what} contains a NUL byte (at index {path.index(chr(0))}); "
+            "a file name cannot hold one: remove it"
+        )
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{what} is not valid UTF-8 (index {e.start}: {e.reason}, as from "
+            "bytes decoded with errors='surrogateescape'); pass the path as "
+            "UTF-8 text"
+        ) from None
+    return path
+
+
+def _flag(value: bool, what: str) -> bool:
+    """Only True or False: a string such as "no" is not a bool here."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be True or False, got {type(value).__name__}")
+    return value
 
 
 def _names(value: EventNames) -> List[str]:
@@ -118,7 +154,7 @@ class TensorBoardWriter(_C._TensorBoardWriter):
         step_key: Optional[str] = None,
     ) -> None:
         super().__init__(
-            os.fspath(log_dir),
+            _path(log_dir, "log_dir"),
             _seconds(flush_interval),
             int(max_buffer_bytes),
             _names(event_names),
@@ -140,12 +176,21 @@ class JsonLinesWriter(_C._JsonLinesWriter):
 
     Buffered and written in the background exactly like ``TensorBoardWriter``.
 
+    ``path`` may also be a FIFO or ``/dev/stdout``: opening and writing never
+    block (a FIFO without a reader is warned about and opened once one comes;
+    a stalled reader costs dropped events, and ``close()`` waits at most 1 s),
+    and a reader that goes away (``prog | head``) is one warning, after which
+    events are dropped, never a ``SIGPIPE``.
+
     Args:
-        path: the file (its directory is created).
+        path: the file (its directory is created); UTF-8 text (``str``,
+            path-like or UTF-8 ``bytes``) without NUL bytes, not a directory
+            (else ``ValueError``).
         flush_interval: seconds (or a ``timedelta``) between background writes.
         max_buffer_bytes: bound on buffered bytes.
         event_names: the event names written; ``None`` (default) for every event.
-        append: keep what the file holds (default) or start it anew.
+        append: ``True`` keeps what the file holds (default), ``False`` starts
+            it anew; anything else is a ``TypeError``.
     """
 
     def __init__(
@@ -158,11 +203,11 @@ class JsonLinesWriter(_C._JsonLinesWriter):
         append: bool = True,
     ) -> None:
         super().__init__(
-            os.fspath(path),
+            _path(path, "path"),
             _seconds(flush_interval),
             int(max_buffer_bytes),
             _names(event_names),
-            bool(append),
+            _flag(append, "append"),
         )
 
 
@@ -176,7 +221,8 @@ class ConsoleHandler(_C._ConsoleHandler):
     ``2024-05-01T12:34:56.123456Z torch.monitor.Stat loss.count=10 loss.mean=0.25``
     (UTC time, event name, data sorted by key). Each line is written straight
     to the file descriptor, so it is not mixed with other lines but can
-    overtake text still sitting in ``sys.stdout``'s buffer.
+    overtake text still sitting in ``sys.stdout``'s buffer. A closed pipe is
+    one warning (later lines are dropped and counted), never a ``SIGPIPE``.
 
     Args:
         stream: ``"stderr"`` or ``"stdout"``.

@@ -258,7 +258,7 @@ void initSinks(py::module_& m) {
           py::arg("flush_interval"),
           py::arg("max_buffer_bytes"),
           py::arg("event_names"),
-          py::arg("append"))
+          py::arg("append").noconvert()) // a str is not a bool
       .def_property_readonly("path", &JsonLinesWriter::path);
 
   py::class_<ConsoleHandler, Sink, std::shared_ptr<ConsoleHandler>>(

@@ -1,7 +1,8 @@
 // The sinks: CRC-32C and TensorBoard record encoding against golden values,
 // JSON escaping and number formats, the memory/console/JSON Lines/TensorBoard
 // sinks end to end, and their fault paths (unwritable directory, failing
-// writes, vanished directory, full buffer, fork).
+// writes, vanished directory, full buffer, fork, closed and stalled pipes,
+// FIFOs, exit).
 //
 // The TensorBoard files are checked here with a minimal decoder; the real
 // oracle (TensorBoard's own reader) runs in test/python/test_sinks.py.
@@ -9,9 +10,11 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -22,7 +25,9 @@
 
 #include <csignal>
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1149,6 +1154,298 @@ TEST(SinkJsonLines, DevFullIsAWarningNotAnError) {
   EXPECT_TRUE(warnings.anyContains("No space left on device"));
   writer->close(); // reports what could not be written
   EXPECT_GE(writer->problems().size(), 2u);
+}
+
+// ---------------------------------------------------------------- reliability
+//
+// Whatever could kill or hang runs in a forked child with SIGPIPE at its
+// default disposition (as in any C++ program) and an alarm(): a death or a
+// deadlock fails the one test.
+
+// Runs body() in a child and returns its wait status; the child exits with
+// body()'s result through std::exit (static destructors, i.e. the at-exit
+// flush, run) or dies of SIGALRM after `seconds`.
+int runInChild(const std::function<int()>& body, unsigned seconds = 60) {
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::signal(SIGPIPE, SIG_DFL);
+    ::alarm(seconds);
+    int code = 2;
+    try {
+      code = body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child threw: %s\n", e.what());
+    }
+    std::exit(code);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return status;
+}
+
+std::string describeStatus(int status) {
+  if (WIFSIGNALED(status)) {
+    return std::string("killed by signal ") + std::to_string(WTERMSIG(status)) +
+        " (" + strsignal(WTERMSIG(status)) + ")";
+  }
+  return "exit status " + std::to_string(WEXITSTATUS(status));
+}
+
+#define EXPECT_CHILD_OK(status)                                  \
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)     \
+      << describeStatus(status)
+
+bool anyProblemContains(const sinks::Sink& sink, const std::string& text) {
+  for (const auto& p : sink.problems()) {
+    if (p.find(text) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+TEST(SinkReliability, ClosedPipeIsOneWarningNotSigpipe) {
+  for (const bool explicitFlush : {true, false}) {
+    const int status = runInChild([&] {
+      int fds[2];
+      if (::pipe(fds) != 0) {
+        return 10;
+      }
+      sinks::JsonLinesWriterOptions options;
+      options.flushInterval =
+          explicitFlush ? std::chrono::milliseconds(3600000) : 1ms;
+      auto writer = std::make_shared<sinks::JsonLinesWriter>(
+          "/dev/fd/" + std::to_string(fds[1]), options);
+      ::close(fds[0]); // the reader leaves, as `| head` does
+      for (int i = 0; i < 50; ++i) {
+        writer->handle(statEvent({{"i", int64_t(i)}}));
+        if (explicitFlush) {
+          writer->flush();
+        } else {
+          std::this_thread::sleep_for(2ms);
+        }
+      }
+      writer->close(); // adds the total of dropped events
+      const auto problems = writer->problems();
+      const bool oneWarning = problems.size() == 2 &&
+          problems[0].find("went away") != std::string::npos &&
+          problems[0].find("further events to this sink are dropped") !=
+              std::string::npos;
+      return oneWarning && writer->dropped() > 0 ? 0 : 3;
+    });
+    EXPECT_CHILD_OK(status) << (explicitFlush ? " (flush())" : " (flusher)");
+  }
+}
+
+TEST(SinkReliability, ClosedPipeOnConsoleIsOneWarningNotSigpipe) {
+  const int status = runInChild([] {
+    int fds[2];
+    if (::pipe(fds) != 0) {
+      return 10;
+    }
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::close(fds[0]);
+    auto console =
+        std::make_shared<sinks::ConsoleHandler>(sinks::ConsoleStream::Stdout);
+    for (int i = 0; i < 5; ++i) {
+      console->handle(statEvent({{"i", int64_t(i)}}));
+    }
+    return console->dropped() == 5 && console->problems().size() == 1 &&
+            anyProblemContains(*console, "the reader of stdout went away")
+        ? 0
+        : 3;
+  });
+  EXPECT_CHILD_OK(status);
+}
+
+TEST(SinkReliability, FifoWithoutReaderNeitherBlocksNorFails) {
+  TempDir dir;
+  const std::string fifo = dir / "events.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int status = runInChild(
+      [&] {
+        sinks::JsonLinesWriterOptions options;
+        options.flushInterval = std::chrono::hours(1);
+        auto writer = std::make_shared<sinks::JsonLinesWriter>(fifo, options);
+        if (!anyProblemContains(*writer, "no process has it open for reading")) {
+          return 3;
+        }
+        writer->handle(statEvent({{"i", int64_t(1)}}));
+        // A reader comes: the next flush opens the FIFO and writes.
+        const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+        writer->flush();
+        char buffer[4096];
+        const ssize_t n = ::read(reader, buffer, sizeof(buffer));
+        writer->close();
+        return n > 0 && writer->problems().size() == 1 ? 0 : 4;
+      },
+      20);
+  EXPECT_CHILD_OK(status);
+}
+
+TEST(SinkReliability, StalledFifoReaderCostsDataNotAHang) {
+  TempDir dir;
+  const std::string fifo = dir / "events.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int status = runInChild(
+      [&] {
+        const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+        (void)reader; // kept open, never read: the pipe fills up
+        sinks::JsonLinesWriterOptions options;
+        options.flushInterval = 1ms;
+        options.maxBufferBytes = 256 << 10;
+        auto writer = std::make_shared<sinks::JsonLinesWriter>(fifo, options);
+        for (int i = 0; i < 20000; ++i) {
+          writer->handle(statEvent({{"i", int64_t(i)}, {"pad", std::string(40, 'x')}}));
+        }
+        auto start = std::chrono::steady_clock::now();
+        writer->flush();
+        const double flushed = secondsSince(start);
+        start = std::chrono::steady_clock::now();
+        writer->close();
+        const double closed = secondsSince(start);
+        std::fprintf(stderr, "flush %.3f s, close %.3f s\n", flushed, closed);
+        const bool bounded = flushed < 0.5 && closed < 5.0;
+        const bool reported = writer->dropped() > 0 &&
+            anyProblemContains(*writer, "in-memory buffer is full") &&
+            anyProblemContains(*writer, "did not take them");
+        return bounded && reported ? 0 : 3;
+      },
+      30);
+  EXPECT_CHILD_OK(status);
+}
+
+TEST(SinkReliability, ExitWithStalledFifoReaderIsBounded) {
+  TempDir dir;
+  const std::string fifo = dir / "events.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  const int status = runInChild(
+      [&] {
+        ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK); // never read
+        sinks::JsonLinesWriterOptions options;
+        options.flushInterval = std::chrono::hours(1);
+        auto writer = std::make_shared<sinks::JsonLinesWriter>(fifo, options);
+        writer->registerSelf(); // owned by the registry: closed at exit
+        for (int i = 0; i < 20000; ++i) {
+          logEvent(statEvent({{"i", int64_t(i)}, {"pad", std::string(40, 'x')}}));
+        }
+        return 0; // std::exit: the at-exit flush meets a full pipe
+      },
+      30);
+  EXPECT_CHILD_OK(status);
+  EXPECT_LT(secondsSince(start), 10.0);
+}
+
+TEST(SinkReliability, PathArgumentsAreChecked) {
+  TempDir dir;
+  test::expectValueError(
+      [&] { sinks::JsonLinesWriter(dir.path().string()); }, {"is a directory"});
+  test::expectValueError(
+      [&] { sinks::JsonLinesWriter(dir / std::string("a\0b.jsonl", 9)); },
+      {"JsonLinesWriter: path", "contains a NUL byte"});
+  test::expectValueError(
+      [&] { sinks::JsonLinesWriter(dir / "bad\xff.jsonl"); },
+      {"JsonLinesWriter: path", "not valid UTF-8"});
+  test::expectValueError(
+      [&] { sinks::TensorBoardWriter(dir / std::string("runs\0x", 6)); },
+      {"TensorBoardWriter: logdir", "contains a NUL byte"});
+  test::expectValueError(
+      [&] { sinks::TensorBoardWriter(dir / "bad\xc3"); },
+      {"TensorBoardWriter: logdir", "not valid UTF-8"});
+  EXPECT_TRUE(filesIn(dir.path()).empty());
+  // Character devices stay usable.
+  sinks::JsonLinesWriterOptions options;
+  options.flushInterval = std::chrono::hours(1);
+  auto devNull = std::make_shared<sinks::JsonLinesWriter>("/dev/null", options);
+  devNull->handle(statEvent({{"x", 1.0}}));
+  devNull->close();
+  EXPECT_TRUE(devNull->problems().empty());
+}
+
+// Threads log into every sink kind while the test forks; each grandchild
+// logs one event and reads the memory handler. Before the locks were made
+// fork-safe, up to a quarter of the children deadlocked.
+TEST(SinkReliability, ForkWhileThreadsLogNeverDeadlocksTheChild) {
+  TempDir dir;
+  const int status = runInChild(
+      [&] {
+        const int devNull = ::open("/dev/null", O_WRONLY);
+        ::dup2(devNull, STDOUT_FILENO);
+        ::dup2(devNull, STDERR_FILENO); // the children's fork warnings
+        auto memory = std::make_shared<sinks::MemoryHandler>(100);
+        auto console =
+            std::make_shared<sinks::ConsoleHandler>(sinks::ConsoleStream::Stdout);
+        sinks::JsonLinesWriterOptions jsonOptions;
+        jsonOptions.flushInterval = 1ms;
+        auto jsonl =
+            std::make_shared<sinks::JsonLinesWriter>(dir / "e.jsonl", jsonOptions);
+        sinks::TensorBoardWriterOptions tbOptions;
+        tbOptions.flushInterval = 1ms;
+        tbOptions.eventNames = {};
+        auto tb = std::make_shared<sinks::TensorBoardWriter>(dir / "tb", tbOptions);
+        const std::vector<std::shared_ptr<sinks::Sink>> all = {
+            memory, console, jsonl, tb};
+
+        std::atomic<bool> stop{false};
+        std::atomic<int64_t> logged{0};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 3; ++t) {
+          threads.emplace_back([&] {
+            while (!stop.load()) {
+              const Event e = statEvent({{"n", logged.fetch_add(1)}});
+              for (const auto& sink : all) {
+                sink->handle(e);
+              }
+            }
+          });
+        }
+        int failures = 0;
+        for (int i = 0; i < 50; ++i) {
+          std::this_thread::sleep_for(2ms);
+          const pid_t child = ::fork();
+          if (child == 0) {
+            ::alarm(10); // a deadlocked child dies of SIGALRM
+            Event e = statEvent({{"child", int64_t(1)}});
+            for (const auto& sink : all) {
+              sink->handle(e);
+            }
+            const auto events = memory->events();
+            jsonl->flush();
+            tb->close(); // inert in the child: the parent's thread and file
+            ::_exit(events.back().data.count("child") == 1 ? 0 : 3);
+          }
+          int childStatus = 0;
+          ::waitpid(child, &childStatus, 0);
+          failures += childStatus != 0;
+        }
+        stop = true;
+        for (auto& t : threads) {
+          t.join();
+        }
+        for (const auto& sink : all) {
+          sink->close();
+        }
+        // Every parent event once; nothing from, or duplicated by, a child.
+        const auto lines = linesOf(readFile(dir / "e.jsonl"));
+        const bool complete =
+            static_cast<int64_t>(lines.size()) + jsonl->dropped() == logged.load();
+        for (const auto& line : lines) {
+          if (line.find("\"child\"") != std::string::npos) {
+            return 5;
+          }
+        }
+        return failures == 0 ? (complete ? 0 : 4) : 3;
+      },
+      240);
+  EXPECT_CHILD_OK(status) << " (3: a child deadlocked or failed; 4: lines "
+                             "lost or written twice; 5: a child wrote)";
 }
 
 } // namespace

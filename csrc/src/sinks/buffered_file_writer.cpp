@@ -6,11 +6,14 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <c10/util/Exception.h>
+
+#include <torch_monitor/sinks/detail/write_without_sigpipe.h>
 
 namespace torch_monitor::sinks::detail {
 namespace {
@@ -20,9 +23,11 @@ std::atomic<int> gWriteErrorForTesting{0};
 // Every live writer, so that process exit can flush and join them all: a
 // registered sink is owned by the (never destroyed) handler registry, so its
 // destructor would never run. Leaked so that it outlives every static.
+// closeAll() holds the mutex while writers take their own locks: kOuter.
 struct LiveWriters {
   std::mutex mutex;
   std::vector<BufferedFileWriter*> writers;
+  ForkSafeLocks forkLocks{ForkLockMode::kOuter, {&mutex}};
 };
 LiveWriters& liveWriters() {
   static auto* instance = new LiveWriters();
@@ -103,6 +108,8 @@ BufferedFileWriter::BufferedFileWriter(
       options_(options),
       problems_(problems),
       generation_(forkGeneration().load(std::memory_order_relaxed)),
+      creatorPid_(::getpid()),
+      reportedChild_(generation_),
       maxBufferBytes_(options.maxBufferBytes),
       // Wake the flusher early enough that a fast producer rarely meets the
       // bound: a quarter of it, at most 1 MiB per write.
@@ -173,6 +180,21 @@ void BufferedFileWriter::reportDropped() {
           "raise max_buffer_bytes or log less often)");
 }
 
+void BufferedFileWriter::reportForkedChild() {
+  const uint64_t generation = forkGeneration().load(std::memory_order_relaxed);
+  if (reportedChild_.exchange(generation, std::memory_order_relaxed) ==
+      generation) {
+    return;
+  }
+  const std::string pid = std::to_string(::getpid());
+  problems_.report(
+      "forked child " + pid,
+      "this writer was made by process " + std::to_string(creatorPid_) +
+          " before fork(); its background thread and file stay with that "
+          "process, so events logged in this child (pid " + pid +
+          ") are dropped here (make a new sink in the child to log from it)");
+}
+
 void BufferedFileWriter::flush() {
   if (forkGeneration().load(std::memory_order_relaxed) != generation_) {
     return;
@@ -188,10 +210,15 @@ void BufferedFileWriter::flush() {
   flushLocked(/*openEvenIfIdle=*/false);
 }
 
-void BufferedFileWriter::flushLocked(bool openEvenIfIdle) {
+void BufferedFileWriter::flushLocked(
+    bool openEvenIfIdle,
+    Deadline waitForReader) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     flushRequested_ = false;
+    if (outputGone_) {
+      return; // endOutput() emptied the buffer; nothing is written again
+    }
     if (pending_.empty()) {
       pending_.swap(buffer_); // buffer_ gets pending_'s cleared capacity
     } else {
@@ -207,34 +234,82 @@ void BufferedFileWriter::flushLocked(bool openEvenIfIdle) {
   if (!ensureFile()) {
     return;
   }
+  const int error = writePending(waitForReader);
+  if (error == EPIPE) {
+    endOutput();
+    return;
+  }
+  if (error != 0 && error != EAGAIN && error != EWOULDBLOCK) {
+    problems_.report(
+        "write " + std::to_string(error),
+        "cannot write to '" + currentPath() + "': " + errorText(error) +
+            " (free disk space or fix the device)" + bufferedNote());
+  }
+  // EAGAIN: a pipe's reader is behind. The rest waits for the next flush;
+  // if the reader never catches up, the bound drops (and reports) records.
+  std::lock_guard<std::mutex> guard(mutex_);
+  pendingBytes_ = pending_.size() - written_;
+}
+
+int BufferedFileWriter::writePending(Deadline waitForReader) {
   while (written_ < pending_.size()) {
+    const char* data = pending_.data() + written_;
+    const size_t size = pending_.size() - written_;
     ssize_t n;
     const int injected = gWriteErrorForTesting.load(std::memory_order_relaxed);
     if (injected != 0) {
       n = -1;
       errno = injected;
+    } else if (regularFile_) {
+      n = ::write(fd_, data, size); // cannot raise SIGPIPE
     } else {
-      n = ::write(fd_, pending_.data() + written_, pending_.size() - written_);
+      n = writeWithoutSigpipe(fd_, data, size);
     }
-    if (n < 0) {
-      const int error = errno;
-      if (error == EINTR) {
-        continue;
+    if (n >= 0) {
+      written_ += static_cast<size_t>(n);
+      continue;
+    }
+    const int error = errno;
+    if (error == EINTR) {
+      continue;
+    }
+    if (error == EAGAIN || error == EWOULDBLOCK) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          waitForReader - std::chrono::steady_clock::now());
+      if (left.count() > 0) {
+        struct pollfd ready {};
+        ready.fd = fd_;
+        ready.events = POLLOUT;
+        ::poll(&ready, 1, static_cast<int>(left.count()));
+        continue; // written, or the next write says why not
       }
-      problems_.report(
-          "write " + std::to_string(error),
-          "cannot write to '" + currentPath() + "': " + errorText(error) +
-              " (free disk space or fix the device)" + bufferedNote());
-      std::lock_guard<std::mutex> guard(mutex_);
-      pendingBytes_ = pending_.size() - written_;
-      return;
     }
-    written_ += static_cast<size_t>(n);
+    return error;
   }
   pending_.clear();
   written_ = 0;
-  std::lock_guard<std::mutex> guard(mutex_);
-  pendingBytes_ = 0;
+  return 0;
+}
+
+void BufferedFileWriter::endOutput() {
+  const size_t unwritten = pending_.size() - written_;
+  pending_.clear();
+  written_ = 0;
+  ::close(fd_);
+  fd_ = -1;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    outputGone_ = true;
+    buffer_.clear();
+    pendingBytes_ = 0;
+  }
+  problems_.report(
+      "reader gone",
+      "the reader of '" + currentPath() +
+          "' went away (EPIPE: nothing reads the pipe any more); " +
+          std::to_string(unwritten) +
+          " buffered bytes are lost and further events to this sink are "
+          "dropped (dropped() counts them)");
 }
 
 std::string BufferedFileWriter::bufferedNote() const {
@@ -281,7 +356,9 @@ bool BufferedFileWriter::openNextFile() {
               " (fix the path or its permissions)" + bufferedNote());
       return false;
     }
-    int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
+    // O_NONBLOCK: opening a FIFO must not wait for a reader, nor writing
+    // to it for the reader to catch up. Regular files drop it below.
+    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK;
     flags |= layout_.exclusive ? O_EXCL : O_APPEND;
     if (layout_.truncateFirst && !openedOnce_) {
       flags |= O_TRUNC;
@@ -295,11 +372,13 @@ bool BufferedFileWriter::openNextFile() {
       if (error == EINTR) {
         continue;
       }
-      problems_.report(
-          "open " + path + " " + std::to_string(error),
-          "cannot open '" + path + "' for writing: " + errorText(error) +
-              " (fix the path or its permissions)" + bufferedNote());
+      reportOpenFailure(path, error);
       return false;
+    }
+    struct stat st {};
+    regularFile_ = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (regularFile_) {
+      ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK); // plain writes, as before
     }
     fd_ = fd;
     openedOnce_ = true;
@@ -327,11 +406,28 @@ bool BufferedFileWriter::openNextFile() {
   return false;
 }
 
+void BufferedFileWriter::reportOpenFailure(const std::string& path, int error) {
+  struct stat st {};
+  if (error == ENXIO && ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) {
+    problems_.report(
+        "open " + path + " no reader",
+        "cannot open the FIFO '" + path +
+            "': no process has it open for reading (start the reader "
+            "first)" + bufferedNote());
+    return;
+  }
+  problems_.report(
+      "open " + path + " " + std::to_string(error),
+      "cannot open '" + path + "' for writing: " + errorText(error) +
+          " (fix the path or its permissions)" + bufferedNote());
+}
+
 void BufferedFileWriter::close() {
   if (forkGeneration().load(std::memory_order_relaxed) != generation_) {
     // A forked child: the flusher thread does not exist here (joining or
-    // destroying its handle is undefined), the locks may have been held by
-    // parent threads at the fork, and the file descriptor is the parent's.
+    // destroying its handle is undefined), ioMutex_ may have been held by a
+    // parent thread at the fork, and the file descriptor and the buffered
+    // records are the parent's (written there, never twice).
     // The handle is kept (reachable, so leak checkers stay quiet), never
     // destroyed: destroying a joinable std::thread terminates.
     static auto* orphans = new std::vector<std::unique_ptr<std::thread>>();
@@ -354,13 +450,18 @@ void BufferedFileWriter::close() {
     thread_->join();
   }
   std::lock_guard<std::mutex> io(ioMutex_);
-  flushLocked(/*openEvenIfIdle=*/false);
+  flushLocked(
+      /*openEvenIfIdle=*/false,
+      std::chrono::steady_clock::now() + kCloseDrainTimeout);
   if (written_ < pending_.size()) {
     problems_.report(
         "lost at close",
         std::to_string(pending_.size() - written_) +
             " bytes of events could not be written before close and are "
-            "lost");
+            "lost" +
+            (regularFile_ ? std::string()
+                          : " (the reader did not take them within " +
+                     formatSeconds(kCloseDrainTimeout) + ")"));
   }
   if (fd_ >= 0) {
     ::close(fd_);

@@ -1,54 +1,35 @@
 #include <torch_monitor/sinks/console_handler.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cstring>
-#include <ctime>
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/sinks/detail/write_without_sigpipe.h>
 #include <torch_monitor/sinks/text_format.h>
 
 namespace torch_monitor::sinks {
 namespace {
 
-// write(2) of the whole line with SIGPIPE held back: a console handler must
-// not kill a C++ training program because `| head` closed the pipe. Returns
-// 0 or the errno.
-int writeWithoutSigpipe(int fd, const std::string& line) {
-  sigset_t pipeOnly;
-  sigset_t previous;
-  sigemptyset(&pipeOnly);
-  sigaddset(&pipeOnly, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipeOnly, &previous);
-  sigset_t pendingBefore;
-  sigpending(&pendingBefore);
-  const bool wasPending = sigismember(&pendingBefore, SIGPIPE) == 1;
-
-  int error = 0;
+// The whole line, in as many write(2)s as it takes; 0 or the errno. Each
+// write holds SIGPIPE back: a console handler must not kill a C++ training
+// program because `| head` closed the pipe.
+int writeLine(int fd, const std::string& line) {
   size_t done = 0;
   while (done < line.size()) {
-    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+    const ssize_t n = detail::writeWithoutSigpipe(
+        fd, line.data() + done, line.size() - done);
     if (n < 0) {
       if (errno == EINTR) {
         continue;
       }
-      error = errno;
-      break;
+      return errno;
     }
     done += static_cast<size_t>(n);
   }
-  if (error == EPIPE && !wasPending) {
-    // Consume the SIGPIPE this write raised, and only that one.
-    const struct timespec zero {};
-    while (sigtimedwait(&pipeOnly, nullptr, &zero) == -1 && errno == EINTR) {
-    }
-  }
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  return error;
+  return 0;
 }
 
 } // namespace
@@ -84,6 +65,10 @@ void ConsoleHandler::handle(const Event& event) {
   if (closed() || !filter_.accepts(event.name)) {
     return;
   }
+  if (readerGone_.load(std::memory_order_relaxed)) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   thread_local std::string line;
   line.clear();
   text::appendConsoleLine(line, event);
@@ -91,10 +76,21 @@ void ConsoleHandler::handle(const Event& event) {
   int error;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    error = writeWithoutSigpipe(fd, line);
+    error = writeLine(fd, line);
   }
-  if (error != 0) {
-    dropped_.fetch_add(1, std::memory_order_relaxed);
+  if (error == 0) {
+    return;
+  }
+  dropped_.fetch_add(1, std::memory_order_relaxed);
+  if (error == EPIPE) {
+    // `| head` has read its fill: nothing will read this stream again.
+    readerGone_.store(true, std::memory_order_relaxed);
+    problemLog().report(
+        "reader gone",
+        std::string("the reader of ") + consoleStreamName(stream_) +
+            " went away (EPIPE: nothing reads the pipe any more); further "
+            "lines are dropped (dropped() counts them)");
+  } else {
     problemLog().report(
         "write " + std::to_string(error),
         std::string("cannot write to ") + consoleStreamName(stream_) + ": " +

@@ -1,5 +1,7 @@
 #include <torch_monitor/sinks/json_lines_writer.h>
 
+#include <sys/stat.h>
+
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
@@ -51,6 +53,17 @@ JsonLinesWriter::JsonLinesWriter(std::string path, JsonLinesWriterOptions option
       "' names a directory; pass a file path such as '",
       path,
       "events.jsonl'");
+  checkPathText(path, "JsonLinesWriter: path");
+  // Checked now, as the other argument errors are; a directory made later
+  // is an open failure, reported like any other.
+  struct stat st {};
+  TORCH_CHECK_VALUE(
+      ::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode),
+      "JsonLinesWriter: '",
+      path,
+      "' is a directory; pass a file path such as '",
+      path,
+      "/events.jsonl'");
   impl_ =
       std::make_unique<Impl>(std::move(path), std::move(options), problemLog());
   impl_->writer.start();

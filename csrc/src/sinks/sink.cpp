@@ -4,6 +4,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/sinks/text_format.h>
+
 namespace torch_monitor::sinks {
 
 ProblemLog::ProblemLog(std::string owner) : owner_(std::move(owner)) {}
@@ -86,6 +88,21 @@ std::chrono::milliseconds flushIntervalFromSeconds(double seconds) {
       "flush_interval must be at most a year of seconds, got ",
       seconds);
   return std::chrono::milliseconds(std::llround(seconds * 1000.0));
+}
+
+void checkPathText(const std::string& path, const char* what) {
+  const size_t nul = path.find('\0');
+  TORCH_CHECK_VALUE(
+      nul == std::string::npos,
+      what,
+      " contains a NUL byte (at byte ",
+      nul,
+      "); a file name cannot hold one: remove it");
+  TORCH_CHECK_VALUE(
+      text::isValidUtf8(path),
+      what,
+      " is not valid UTF-8; pass the path as UTF-8 text (in Python, a str "
+      "or UTF-8 bytes)");
 }
 
 } // namespace torch_monitor::sinks

@@ -145,6 +145,7 @@ TensorBoardWriter::TensorBoardWriter(
       !logdir.empty(),
       "TensorBoardWriter: logdir is empty; pass the run's directory, e.g. "
       "\"runs/exp1\"");
+  checkPathText(logdir, "TensorBoardWriter: logdir");
   while (logdir.size() > 1 && logdir.back() == '/') {
     logdir.pop_back();
   }

@@ -19,9 +19,12 @@ enum class ConsoleStream { Stdout, Stderr };
 // (UTC time, name, data sorted by key; control characters and invalid UTF-8
 // escaped so an event never spans two lines). Each line is one write(2) on
 // the file descriptor, unbuffered and not interleaved with other events'
-// lines; C++ iostreams and Python's sys.stdout buffer separately. A closed
-// or failing stream is warned about once and the line dropped; a closed pipe
-// does not raise SIGPIPE.
+// lines; C++ iostreams and Python's sys.stdout buffer separately. A failing
+// stream is warned about once and the line dropped. A closed pipe (`| head`
+// has exited) never raises SIGPIPE: it is warned about once and every later
+// line is dropped and counted. The stream is the process' own fd 1 or 2 and
+// stays blocking: a reader that stalls stalls this handler as it stalls
+// print() or std::cout.
 // Thread safety: no concurrent call to any API of this type causes a data
 // race; handle() may run on many threads at once.
 class TORCH_MONITOR_API ConsoleHandler final : public Sink {
@@ -46,6 +49,12 @@ class TORCH_MONITOR_API ConsoleHandler final : public Sink {
   const EventNameFilter filter_;
   std::mutex mutex_; // one line at a time
   std::atomic<int64_t> dropped_{0};
+  std::atomic<bool> readerGone_{false};
+  // mutex_ may be held across a write to a stalled stream and guards no
+  // data: fork() does not wait for it, the child gets it unlocked.
+  detail::ForkSafeLocks forkLocks_{
+      detail::ForkLockMode::kResetInChild,
+      {&mutex_}};
 };
 
 // "stdout" / "stderr" <-> ConsoleStream; an unknown name is a

@@ -46,6 +46,8 @@ class TORCH_MONITOR_API MemoryHandler final : public Sink {
   std::vector<Event> ring_; // grows to capacity_, then wraps
   size_t next_ = 0; // slot the next event goes to, once full
   int64_t overwritten_ = 0;
+  // Held across fork(): a forked child finds the ring whole and unlocked.
+  detail::ForkSafeLocks forkLocks_{detail::ForkLockMode::kInner, {&mutex_}};
 };
 
 } // namespace torch_monitor::sinks

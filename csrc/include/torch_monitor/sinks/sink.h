@@ -11,6 +11,7 @@
 
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/export.h>
+#include <torch_monitor/sinks/detail/fork_safe_locks.h>
 
 namespace torch_monitor::sinks {
 
@@ -41,6 +42,8 @@ class TORCH_MONITOR_API ProblemLog {
   mutable std::mutex mutex_;
   std::unordered_set<std::string> keys_;
   std::vector<std::string> messages_;
+  // A forked child may report too: the set must be whole there.
+  detail::ForkSafeLocks forkLocks_{detail::ForkLockMode::kInner, {&mutex_}};
 };
 
 // The event names a sink accepts: a fixed list, or every name when empty.
@@ -124,7 +127,19 @@ class TORCH_MONITOR_API Sink : public EventHandler,
   bool registeredSelf_ = false;
   std::mutex closeMutex_; // a second close() waits for the first to finish
   std::atomic<bool> closed_{false};
+  // Both are held across calls that take other locks (the handler registry,
+  // a writer's join) and guard no data a forked child needs beyond a bool:
+  // fork() does not wait for them, the child gets them unlocked.
+  detail::ForkSafeLocks forkLocks_{
+      detail::ForkLockMode::kResetInChild,
+      {&registrationMutex_, &closeMutex_}};
 };
+
+// Rejects a path argument that a file name cannot carry faithfully: a NUL
+// byte (the C library would cut the name there) or bytes that are not valid
+// UTF-8 (every string of the project is UTF-8). `what` names the argument
+// in the c10::ValueError, e.g. "JsonLinesWriter: path".
+TORCH_MONITOR_API void checkPathText(const std::string& path, const char* what);
 
 // A flush interval given in seconds (as Python and TorchScript do):
 // positive and finite, at least 1 ms; else a c10::ValueError.

@@ -14,7 +14,10 @@
 #include <string_view>
 #include <thread>
 
+#include <sys/types.h>
+
 #include <torch_monitor/export.h>
+#include <torch_monitor/sinks/detail/fork_safe_locks.h>
 #include <torch_monitor/sinks/sink.h>
 
 namespace torch_monitor::sinks::detail {
@@ -59,10 +62,22 @@ struct BufferOptions {
 // vanished file is re-created, with the header); records wait in memory,
 // and past maxBufferBytes new ones are dropped and counted.
 //
-// In a child created by fork() the writer is inert: the child has no
-// flusher thread and shares the parent's file descriptor.
-// Thread safety: no concurrent call to any API of this type causes a data
-// race; append() may run on many threads at once.
+// Paths that are not regular files (a FIFO, /dev/stdout on a pipe, a
+// character device) never block: they are opened and written with
+// O_NONBLOCK. A FIFO that no process reads yet cannot be opened (reported,
+// retried like any open failure); a reader that does not keep up leaves
+// records in memory until the next flush (the bound then drops, reported
+// once); a reader that went away (EPIPE) ends the output: reported once,
+// and every later record is dropped and counted. Their writes run with
+// SIGPIPE blocked (writeWithoutSigpipe), so a closed pipe never kills the
+// process; regular files are written plainly, with no extra system call.
+//
+// In a child created by fork() an inherited writer is inert: the flusher
+// thread and the file stay with the process that made the writer, the
+// parent's buffered records are never written by the child, and the first
+// record offered in the child is reported once (then ignored). Writers
+// made in the child work normally. The one lock a child may still take
+// (mutex_, via currentPath()) is held across fork() (ForkSafeLocks).
 class TORCH_MONITOR_API BufferedFileWriter {
  public:
   BufferedFileWriter(
@@ -79,11 +94,13 @@ class TORCH_MONITOR_API BufferedFileWriter {
 
   // Runs `encode(std::string& buffer)` under the buffer lock. It appends
   // whole records and returns how many (size_t). Dropped (and counted) when
-  // the buffer is over its bound; ignored once closed.
+  // the buffer is over its bound or the pipe's reader went away; ignored
+  // once closed, and in a forked child (reported once).
   template <typename Encode>
   void append(Encode&& encode) {
     if (forkGeneration().load(std::memory_order_relaxed) != generation_) {
-      return; // forked child: the mutex may be held by a parent thread
+      reportForkedChild(); // the parent's writer: nothing is written here
+      return;
     }
     std::unique_lock<std::mutex> lock(mutex_);
     if (closed_) {
@@ -91,13 +108,14 @@ class TORCH_MONITOR_API BufferedFileWriter {
     }
     const size_t before = buffer_.size();
     const size_t records = encode(buffer_);
-    if (buffer_.size() + pendingBytes_ > maxBufferBytes_) {
+    const bool outputGone = outputGone_;
+    if (outputGone || buffer_.size() + pendingBytes_ > maxBufferBytes_) {
       buffer_.resize(before);
       const bool first = records > 0 &&
           dropped_.fetch_add(
               static_cast<int64_t>(records), std::memory_order_relaxed) == 0;
       lock.unlock();
-      if (first) {
+      if (first && !outputGone) {
         reportDropped(); // ProblemLog dedupes too, but not for free
       }
       return;
@@ -124,6 +142,11 @@ class TORCH_MONITOR_API BufferedFileWriter {
   // a static destructor; callable earlier (e.g. by an atexit hook).
   static void closeAll();
 
+  // How long close() waits for the reader of a pipe or FIFO to take what is
+  // left before reporting it lost (close and process exit never hang on a
+  // stalled reader).
+  static constexpr std::chrono::milliseconds kCloseDrainTimeout{1000};
+
   // Test hook: while non-zero, every write fails with this errno (as a full
   // disk would, with ENOSPC) without touching the file.
   static void setWriteErrorForTesting(int error);
@@ -132,13 +155,20 @@ class TORCH_MONITOR_API BufferedFileWriter {
   static std::atomic<uint64_t>& forkGeneration() noexcept;
 
  private:
+  using Deadline = std::chrono::steady_clock::time_point;
+
   void run();
   void wakeFlusher();
   void reportDropped();
-  // With ioMutex_ held:
-  void flushLocked(bool openEvenIfIdle);
+  void reportForkedChild();
+  // With ioMutex_ held. A pipe that is full is waited for until
+  // `waitForReader` (the default: not at all; close() passes a deadline).
+  void flushLocked(bool openEvenIfIdle, Deadline waitForReader = Deadline());
+  int writePending(Deadline waitForReader);
+  void endOutput();
   bool ensureFile();
   bool openNextFile();
+  void reportOpenFailure(const std::string& path, int error);
   bool fileStillThere() const;
   std::string bufferedNote() const;
 
@@ -157,18 +187,27 @@ class TORCH_MONITOR_API BufferedFileWriter {
   bool flushRequested_ = false;
   bool stop_ = false;
   bool closed_ = false;
+  bool outputGone_ = false; // the reader of a pipe left: records are dropped
   std::string path_;
   std::atomic<int64_t> dropped_{0};
+  // The process that made this writer, and the fork generation of the last
+  // child that reported receiving records (each child reports once).
+  const pid_t creatorPid_;
+  std::atomic<uint64_t> reportedChild_;
 
   // I/O side, guarded by ioMutex_ (the flusher thread or a flush() caller).
   std::mutex ioMutex_;
   std::string pending_; // records taken from buffer_
   size_t written_ = 0; // bytes of pending_ already in the file
   int fd_ = -1;
+  bool regularFile_ = true; // else writes guard against SIGPIPE
   bool openedOnce_ = false;
 
+  // A forked child never reaches ioMutex_ or closeMutex_ (the writer is
+  // inert there), so only mutex_ is kept consistent across fork().
   std::mutex closeMutex_; // a second close() waits for the first
   std::unique_ptr<std::thread> thread_;
+  ForkSafeLocks forkLocks_{ForkLockMode::kInner, {&mutex_}};
 };
 
 } // namespace torch_monitor::sinks::detail
