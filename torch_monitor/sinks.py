@@ -38,6 +38,7 @@ import os
 from typing import Iterable, List, Optional, Union
 
 from . import _C
+from ._checks import strict_bool
 
 __all__ = [
     "TensorBoardWriter",
@@ -90,13 +91,6 @@ def _path(value: Union[str, bytes, os.PathLike], what: str) -> str:
             "UTF-8 text"
         ) from None
     return path
-
-
-def _flag(value: bool, what: str) -> bool:
-    """Only True or False: a string such as "no" is not a bool here."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{what} must be True or False, got {type(value).__name__}")
-    return value
 
 
 def _names(value: EventNames) -> List[str]:
@@ -207,7 +201,7 @@ class JsonLinesWriter(_C._JsonLinesWriter):
             _seconds(flush_interval),
             int(max_buffer_bytes),
             _names(event_names),
-            _flag(append, "append"),
+            strict_bool(append, "append"),
         )
 
 

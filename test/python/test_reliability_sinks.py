@@ -335,7 +335,7 @@ def test_fork_while_threads_log_never_deadlocks_the_child(tm, tmp_path):
 
 @pytest.mark.parametrize("value", ["no", "", 0, 1, None, 1.0])
 def test_append_takes_only_a_bool(tm, tmp_path, value):
-    with pytest.raises(TypeError, match="append must be True or False"):
+    with pytest.raises(TypeError, match="append must be a bool"):
         tm.JsonLinesWriter(tmp_path / "e.jsonl", append=value)
     assert not (tmp_path / "e.jsonl").exists()
 

@@ -39,9 +39,9 @@ void Sink::registerSelf() {
       description(),
       ": registerSelf() needs the sink to be owned by a std::shared_ptr; "
       "create it with std::make_shared");
-  TORCH_CHECK_VALUE(
-      !closed(), description(), ": cannot register a closed sink");
   std::lock_guard<std::mutex> guard(registrationMutex_);
+  TORCH_CHECK_VALUE(
+      !registrationClosed_, description(), ": cannot register a closed sink");
   if (!registeredSelf_) {
     registerEventHandler(std::move(self));
     registeredSelf_ = true;
@@ -65,6 +65,12 @@ bool Sink::registeredSelf() const {
 void Sink::close() {
   // A registered-by-itself sink is owned by the registry, so the destructor
   // never gets here while registered: unregistering is for explicit close().
+  // Registration is refused first, so a registerSelf() racing with this
+  // either fails or lands before the unregistering below.
+  {
+    std::lock_guard<std::mutex> guard(registrationMutex_);
+    registrationClosed_ = true;
+  }
   unregisterSelf();
   std::lock_guard<std::mutex> guard(closeMutex_);
   if (closed_.load(std::memory_order_acquire)) {

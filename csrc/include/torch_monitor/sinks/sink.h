@@ -125,6 +125,9 @@ class TORCH_MONITOR_API Sink : public EventHandler,
   ProblemLog problems_;
   mutable std::mutex registrationMutex_;
   bool registeredSelf_ = false;
+  // Set by close() before it unregisters: a registerSelf() racing with
+  // close() then cannot leave a closed sink registered.
+  bool registrationClosed_ = false;
   std::mutex closeMutex_; // a second close() waits for the first to finish
   std::atomic<bool> closed_{false};
   // Both are held across calls that take other locks (the handler registry,
