@@ -9,6 +9,7 @@
 // and runs DifferenceMonitor::before/after, all in C++.
 
 #include "py_common.h"
+#include "pybind_internals.h"
 
 #include <memory>
 #include <string>
@@ -404,10 +405,7 @@ std::unique_ptr<PyDifferenceMonitor> makeMonitor(
 // The C++ object of a DifferenceMonitorCore, or nullptr with a TypeError set
 // for one made by __new__ alone (never initialised).
 PyDifferenceMonitor* unwrap(PyObject* obj) {
-  auto* inst = reinterpret_cast<py::detail::instance*>(obj);
-  void* value = inst->simple_layout
-      ? inst->simple_value_holder[0]
-      : py::detail::values_and_holders(inst).begin()->value_ptr();
+  void* value = cppObjectOf(obj);
   if (value == nullptr) {
     PyErr_SetString(
         PyExc_TypeError,
@@ -797,40 +795,27 @@ void initMonitors(py::module_& m) {
               },
               py::arg("time"),
               py::arg("tolerance") = 1e-7)
-          // torch.ScriptObject's own pickling would rebuild a plain
-          // ScriptObject and abort. Pickled like torch.jit.save pickles the
-          // class: refused with Python callables.
-          .def(py::pickle(
-              [](const Self& self) {
+          // Pickled like torch.jit.save pickles the class (refused with
+          // Python callables), through __reduce_ex__ so that every protocol
+          // works: protocols 0 and 1 would otherwise rebuild the object
+          // with object.__new__, which aborts the process for a pybind11
+          // class, and torch.ScriptObject's own pickling would rebuild a
+          // plain ScriptObject.
+          .def(
+              "__reduce_ex__",
+              [](const Self& self, int /*protocol*/) {
                 auto [version, name, train, eval, reducer, keepGraph] =
                     self.holder->state();
+                // The reducer as given (the torch_monitor reducer module,
+                // which pickles with every protocol), not its ScriptObject:
+                // torch.ScriptObject aborts under protocols 0 and 1.
+                py::tuple state = py::make_tuple(
+                    version, name, train, eval, self.reducer, keepGraph);
                 return py::make_tuple(
-                    version,
-                    name,
-                    train,
-                    eval,
-                    reducerObject(reducer),
-                    keepGraph);
-              },
-              [](const py::tuple& state) {
-                if (state.size() != 6 || !py::isinstance<py::int_>(state[0]) ||
-                    state[0].cast<int64_t>() !=
-                        ScriptDifferenceMonitor::kStateVersion) {
-                  throw py::value_error(
-                      "cannot unpickle a DifferenceMonitorCore of another "
-                      "torch_monitor version; load it with the release that "
-                      "saved it");
-                }
-                return makeMonitor(
-                    state[4],
-                    state[1].cast<std::string>(),
-                    state[2].cast<bool>(),
-                    state[3].cast<bool>(),
-                    py::none(),
-                    py::none(),
-                    py::none(),
-                    state[5].cast<bool>());
-              }))
+                    py::module_::import("torch_monitor._C")
+                        .attr("_difference_monitor_core_from_state"),
+                    py::make_tuple(state));
+              })
           // A copy is a new monitor with the same configuration and
           // callables; a shallow copy feeds the same reducer, a deep copy a
           // deep copy of it (through `memo`, so copying a module together
@@ -875,9 +860,8 @@ void initMonitors(py::module_& m) {
   // The same for setting: ScriptObject's __setattr__ would look for a
   // TorchScript attribute and miss the train_update/eval_update setters.
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
-  type->tp_getattro = PyObject_GenericGetAttr;
   type->tp_setattro = PyObject_GenericSetAttr;
-  PyType_Modified(type);
+  refuseUninitialisedUse(cls); // also plain lookup, see above
   gMonitorType = type;
 
   gModuleType = reinterpret_cast<PyTypeObject*>(
@@ -888,6 +872,29 @@ void initMonitors(py::module_& m) {
   gBuffersKey = PyUnicode_InternFromString("_buffers");
   gModulesKey = PyUnicode_InternFromString("_modules");
   gTrainingKey = PyUnicode_InternFromString("training");
+
+  m.def(
+      "_difference_monitor_core_from_state",
+      [](const py::tuple& state) {
+        if (state.size() != 6 || !py::isinstance<py::int_>(state[0]) ||
+            state[0].cast<int64_t>() !=
+                ScriptDifferenceMonitor::kStateVersion) {
+          throw py::value_error(
+              "cannot unpickle a DifferenceMonitorCore of another "
+              "torch_monitor version; load it with the release that saved it");
+        }
+        return makeMonitor(
+            state[4],
+            state[1].cast<std::string>(),
+            state[2].cast<bool>(),
+            state[3].cast<bool>(),
+            py::none(),
+            py::none(),
+            py::none(),
+            state[5].cast<bool>());
+      },
+      py::arg("state"),
+      "rebuilds a pickled DifferenceMonitorCore");
 
   m.def(
       "_difference_monitor_hooks",

@@ -1,4 +1,5 @@
 #include "py_common.h"
+#include "pybind_internals.h"
 
 #include <memory>
 #include <optional>
@@ -136,7 +137,7 @@ class ReducerHandle {
 } // namespace
 
 void initReducers(py::module_& m) {
-  py::class_<ReducerHandle>(
+  auto handle = py::class_<ReducerHandle>(
       m,
       "_ReducerHandle",
       "Direct access to the C++ reducer of a "
@@ -159,7 +160,15 @@ void initReducers(py::module_& m) {
           &ReducerHandle::setBuiltinCriterion,
           py::arg("name"),
           py::arg("threshold") = 0.0)
-      .def("has_custom_criterion", &ReducerHandle::hasCustomCriterion);
+      .def("has_custom_criterion", &ReducerHandle::hasCustomCriterion)
+      // An internal view of a reducer: pickling it would abort the process
+      // (protocols 0 and 1) or lose its reducer; the reducer module pickles.
+      .def("__reduce_ex__", [](const ReducerHandle&, int) -> py::object {
+        throw py::type_error(
+            "a _ReducerHandle cannot be pickled; pickle the torch_monitor "
+            "reducer that owns it");
+      });
+  refuseUninitialisedUse(handle);
 }
 
 } // namespace torch_monitor::python

@@ -304,3 +304,60 @@ def test_deep_or_cyclic_attribute_values_raise(value):
         timeout=60,
     )
     assert out.stdout.startswith("ok")
+
+
+def test_every_pickle_protocol_and_uninitialised_objects_raise_or_work():
+    # Protocols 0 and 1 rebuild objects with object.__new__, which aborted
+    # the process for the binding's classes; objects made with __new__ alone
+    # must raise on use, not crash.
+    out = run_isolated(
+        """
+        import pickle
+        import torch
+        from torch import nn
+        import torch_monitor as tm
+        from torch_monitor import _C
+
+        m = nn.Linear(2, 2)
+        reducer = tm.EMAReducer(1.0, 0.5)
+        mon = tm.DifferenceMonitor(reducer, "weight", m, keep_graph=True)
+        m(torch.zeros(1, 2))
+        for proto in range(pickle.HIGHEST_PROTOCOL + 1):
+            r = pickle.loads(pickle.dumps(reducer, protocol=proto))
+            torch.testing.assert_close(r.peek(), reducer.peek())
+            core = pickle.loads(pickle.dumps(mon.core, protocol=proto))
+            assert core.attr == "weight" and core.keep_graph is True
+            copy = pickle.loads(pickle.dumps(mon, protocol=proto))
+            assert copy.keep_graph is True and not copy.registered
+            try:
+                pickle.dumps(reducer._handle, protocol=proto)
+            except TypeError as e:
+                assert "pickle the torch_monitor reducer" in str(e)
+            else:
+                raise AssertionError("the handle pickled")
+        bare = _C.DifferenceMonitorCore.__new__(_C.DifferenceMonitorCore)
+        for call in (lambda: bare.before(torch.zeros(1), True),
+                     lambda: bare.after(torch.zeros(1), True),
+                     lambda: bare.peek(),
+                     lambda: bare.attr):
+            try:
+                call()
+            except TypeError:
+                pass
+            else:
+                raise AssertionError("an uninitialised core worked")
+        handle = _C._ReducerHandle.__new__(_C._ReducerHandle)
+        try:
+            handle.peek()
+        except TypeError:
+            pass
+        bare_monitor = tm.DifferenceMonitor.__new__(tm.DifferenceMonitor)
+        try:
+            bare_monitor.peek()
+        except (AttributeError, TypeError):
+            pass
+        print("ok")
+        """,
+        timeout=120,
+    )
+    assert out.stdout.startswith("ok")

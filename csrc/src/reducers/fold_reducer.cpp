@@ -95,7 +95,7 @@ void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
   at::Tensor state;
   {
     std::optional<at::Tensor> previous;
-    if (hasState_) {
+    if (hasState_ && foldReadsState()) {
       previous = history_.row(1);
     }
     state = fold(inputs, previous);

@@ -138,6 +138,11 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
       double stepTime) const = 0;
   // Called after the step time changed (decay factors depend on it).
   virtual void onStepTimeChanged() {}
+  // Whether fold() reads the previous state; false spares making a view of
+  // the newest row at every step (PassthroughReducer).
+  virtual bool foldReadsState() const noexcept {
+    return true;
+  }
   // params(), setParam(), criterion() and setCriterion() of a subclass,
   // called with the lock held.
   virtual std::map<std::string, double> paramsLocked() const {

@@ -22,6 +22,9 @@ class TORCH_MONITOR_API PassthroughReducer : public FoldReducer {
   }
 
  protected:
+  bool foldReadsState() const noexcept override {
+    return false;
+  }
   at::Tensor fold(
       const std::vector<at::Tensor>& inputs,
       const std::optional<at::Tensor>& state) override;
