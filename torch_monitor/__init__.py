@@ -53,10 +53,24 @@ from .sinks import __all__ as _sinks_all  # noqa: E402
 #: The value types an Event's data may hold.
 data_value_t = _Union[str, float, int, bool]
 
-# Python handlers must be gone before the interpreter is: a Stat destroyed
-# later (a C++ static, a TorchScript module freed at exit) would otherwise call
-# into a finalised interpreter.
-_atexit.register(_C._unregister_python_handlers)
+#: Logs the open window of every live Stat now (they stay usable).
+_close_all_stats = _C._close_all_stats
+
+
+def _at_exit():
+    # First the last windows: a Stat still referenced at exit (by a module
+    # global, a handler handle, a scripted module) is never destroyed, so its
+    # open window would be lost; closing it here reaches Python handlers and
+    # sinks alike (sinks flush later, at process exit). Then the Python
+    # handlers go, before the interpreter does: a Stat destroyed later (a C++
+    # static, a TorchScript module freed at exit) must not call into a
+    # finalised interpreter.
+    _C._close_all_stats()
+    _C._unregister_python_handlers()
+
+
+# Registered after the submodules' own atexit hooks, so it runs before them.
+_atexit.register(_at_exit)
 
 __all__ = [
     "Aggregation",

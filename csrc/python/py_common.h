@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <memory>
+#include <string>
 
 #include <pybind11/pybind11.h>
 
@@ -33,6 +34,19 @@ std::unordered_map<std::string, data_value_t> dataFromPython(py::handle dict);
 // The Python object for an event handed to Python handlers: the caller's own
 // object when the event was logged from Python, a new Event otherwise.
 py::object eventToPython(const Event& event);
+
+// A str (or bytes holding UTF-8) that crosses into C++: ValueError naming
+// `what` (e.g. "Stat name") for a lone surrogate, invalid UTF-8 or a NUL,
+// TypeError for anything else.
+std::string textFromPython(py::handle obj, const std::string& what);
+
+// Makes `cls.__new__(cls, ...)` also run `cls.__init__`: pybind11 would
+// otherwise hand out an object whose C++ value was never constructed, and
+// every method of it (and of torch.ScriptObject, and torch.jit.script)
+// would read garbage. `cls.__new__(cls)` without arguments then raises
+// __init__'s TypeError. Pickling must go through __reduce_ex__ (a factory),
+// not copyreg's __new__ + __setstate__.
+void initialiseOnNew(py::handle cls);
 
 void initAggregation(py::module_& m);
 void initEvent(py::module_& m);

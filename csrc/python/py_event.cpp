@@ -16,6 +16,9 @@
 namespace torch_monitor::python {
 namespace {
 
+// Version of the pickled state of a Python Event.
+constexpr int64_t kEventStateVersion = 1;
+
 void ensureDateTimeApi() {
   if (PyDateTimeAPI == nullptr) {
     PyDateTime_IMPORT;
@@ -49,7 +52,7 @@ data_value_t valueFromPython(const std::string& key, py::handle value) {
     return PyFloat_AS_DOUBLE(v);
   }
   if (PyUnicode_Check(v)) {
-    return value.cast<std::string>();
+    return textFromPython(value, "Event data['" + key + "']");
   }
   // NumPy scalars and other registered numbers; tensors are not numbers.Real.
   // Leaked on purpose: no Python object may be released after finalisation.
@@ -133,7 +136,16 @@ int64_t timestampFromPython(py::handle datetime) {
   }
   const double value = PyFloat_AsDouble(seconds);
   Py_DECREF(seconds);
-  return static_cast<int64_t>(std::llround(value * 1e6));
+  const double micros = std::round(value * 1e6);
+  // Beyond what a C++ time point holds the value would wrap to another
+  // century (year 9999 became 1816).
+  if (!(micros >= double(kMinEpochMicros) && micros <= double(kMaxEpochMicros))) {
+    throw py::value_error(
+        "Event timestamp " + py::repr(datetime).cast<std::string>() +
+        " is outside the supported range, 1677-09-21 to 2262-04-11 UTC "
+        "(what a C++ std::chrono::system_clock time point holds)");
+  }
+  return static_cast<int64_t>(micros);
 }
 
 py::dict dataToPython(const std::unordered_map<std::string, data_value_t>& data) {
@@ -157,29 +169,37 @@ std::unordered_map<std::string, data_value_t> dataFromPython(py::handle dict) {
           "Event data keys must be str, got " +
           std::string(Py_TYPE(key.ptr())->tp_name));
     }
-    const std::string k = key.cast<std::string>();
+    const std::string k = textFromPython(key, "Event data key");
     out.emplace(k, valueFromPython(k, value));
   }
   return out;
 }
 
 void initAggregation(py::module_& m) {
-  py::enum_<Aggregation>(m, "Aggregation", "Windowed aggregations of a Stat")
-      .value("VALUE", Aggregation::VALUE)
+  py::enum_<Aggregation> cls(
+      m, "Aggregation", "Windowed aggregations of a Stat");
+  cls.value("VALUE", Aggregation::VALUE)
       .value("MEAN", Aggregation::MEAN)
       .value("COUNT", Aggregation::COUNT)
       .value("SUM", Aggregation::SUM)
       .value("MAX", Aggregation::MAX)
       .value("MIN", Aggregation::MIN)
       .export_values();
+  // Aggregation(2) is MEAN; pickle uses that call for every protocol.
+  cls.def("__reduce_ex__", [](Aggregation a, py::handle /*protocol*/) {
+    return py::make_tuple(
+        py::module_::import("torch_monitor._C").attr("Aggregation"),
+        py::make_tuple(static_cast<int>(a)));
+  });
+  initialiseOnNew(cls);
 }
 
 void initEvent(py::module_& m) {
   py::class_<Event>(m, "Event", "A named, timestamped record of data")
       .def(
-          py::init([](std::string name, py::handle timestamp, py::handle data) {
+          py::init([](py::handle name, py::handle timestamp, py::handle data) {
             Event event;
-            event.name = std::move(name);
+            event.name = textFromPython(name, "Event name");
             event.timestamp = fromEpochMicros(timestampFromPython(timestamp));
             event.data = dataFromPython(data);
             return event;
@@ -187,7 +207,12 @@ void initEvent(py::module_& m) {
           py::arg("name"),
           py::arg("timestamp"),
           py::arg("data"))
-      .def_readwrite("name", &Event::name)
+      .def_property(
+          "name",
+          [](const Event& e) { return e.name; },
+          [](Event& e, py::handle name) {
+            e.name = textFromPython(name, "Event name");
+          })
       .def_property(
           "timestamp",
           [](const Event& e) {
@@ -209,6 +234,19 @@ void initEvent(py::module_& m) {
             }
             return py::bool_(a == b.cast<const Event&>());
           })
+      // Pickled as a factory call on a versioned state, so that every
+      // protocol works (and a multiprocessing queue can carry events).
+      .def(
+          "__reduce_ex__",
+          [](const Event& e, py::handle /*protocol*/) {
+            return py::make_tuple(
+                py::module_::import("torch_monitor._C").attr("_restore_event"),
+                py::make_tuple(py::make_tuple(
+                    kEventStateVersion,
+                    e.name,
+                    toEpochMicros(e.timestamp),
+                    dataToPython(e.data))));
+          })
       .def("__repr__", [](const Event& e) {
         std::ostringstream out;
         out << "Event(name=" << py::repr(py::str(e.name)).cast<std::string>()
@@ -229,6 +267,27 @@ void initEvent(py::module_& m) {
       });
   // __eq__ without __hash__: events are mutable, so unhashable (as dicts).
   m.attr("Event").attr("__hash__") = py::none();
+  m.def(
+      "_restore_event",
+      [](py::tuple state) {
+        TORCH_CHECK_VALUE(
+            state.size() == 4 && py::isinstance<py::int_>(state[0]),
+            "not a pickled torch_monitor Event");
+        TORCH_CHECK(
+            state[0].cast<int64_t>() == kEventStateVersion,
+            "cannot load a torch_monitor Event pickled with state version ",
+            state[0].cast<int64_t>(),
+            "; this build reads version ",
+            kEventStateVersion);
+        Event event;
+        event.name = textFromPython(state[1], "Event name");
+        event.timestamp = fromEpochMicros(state[2].cast<int64_t>());
+        event.data = dataFromPython(state[3]);
+        return event;
+      },
+      py::arg("state"),
+      "Rebuilds a pickled event (used by pickle)");
+  initialiseOnNew(m.attr("Event"));
   m.attr("STAT_EVENT") = kStatEventName;
 }
 

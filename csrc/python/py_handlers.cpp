@@ -95,10 +95,18 @@ py::object eventToPython(const Event& event) {
 }
 
 void initHandlers(py::module_& m) {
-  py::class_<EventHandlerHandle>(
+  py::class_<EventHandlerHandle> handle(
       m,
       "EventHandlerHandle",
       "Returned by register_event_handler; pass it to unregister_event_handler");
+  handle.def("__reduce_ex__", [](const EventHandlerHandle&, py::handle) {
+    throw py::type_error(
+        "an EventHandlerHandle cannot be pickled or copied: it stands for a "
+        "registration in this process");
+  });
+  // Only register_event_handler makes handles; __new__ raises instead of
+  // handing out an empty one.
+  initialiseOnNew(handle);
 
   m.def(
       "register_event_handler",
@@ -164,7 +172,8 @@ void initHandlers(py::module_& m) {
         }
         const Event& event = pyEvent.cast<const Event&>();
         const LoggedFromPython scope(event, pyEvent.ptr());
-        logEvent(event);
+        // A Python Event's strings were checked as they were set.
+        detail::dispatchEvent(event);
       },
       py::arg("event"),
       "Calls every registered handler with the event, in registration order");

@@ -35,7 +35,7 @@ Aggregation aggregationFromPython(py::handle item) {
     return item.cast<Aggregation>();
   }
   if (PyUnicode_Check(item.ptr())) {
-    return aggregationFromName(item.cast<std::string>());
+    return aggregationFromName(textFromPython(item, "aggregation name"));
   }
   if (PyLong_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
     return aggregationFromInt(item.cast<int64_t>());
@@ -79,11 +79,49 @@ std::chrono::milliseconds windowFromPython(py::handle window) {
   }
   if (PyFloat_Check(window.ptr()) ||
       (PyLong_Check(window.ptr()) && !PyBool_Check(window.ptr()))) {
-    return windowFromSeconds(window.cast<double>());
+    const double seconds = PyFloat_AsDouble(window.ptr());
+    if (seconds == -1.0 && PyErr_Occurred()) {
+      // an int beyond the float range: far above the longest window
+      PyErr_Clear();
+      TORCH_CHECK_VALUE(
+          false,
+          "window_size must be at most ",
+          Stat<double>::kMaxWindowMs / 1000,
+          " s (datetime.timedelta.max), got ",
+          py::repr(window).cast<std::string>());
+    }
+    return windowFromSeconds(seconds);
   }
   throw py::type_error(
       "window_size must be a datetime.timedelta or a number of seconds, got " +
       std::string(Py_TYPE(window.ptr())->tp_name));
+}
+
+// A count such as max_samples: an int (or an object with __index__, e.g. a
+// NumPy integer), not a bool, in 1..2**63-1.
+int64_t countFromPython(py::handle value, const char* what) {
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr())) {
+    throw py::type_error(
+        std::string(what) + " must be an int, got " +
+        Py_TYPE(value.ptr())->tp_name);
+  }
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) {
+    throw py::error_already_set();
+  }
+  int overflow = 0;
+  const long long count = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (count == -1 && PyErr_Occurred()) {
+    throw py::error_already_set();
+  }
+  TORCH_CHECK_VALUE(
+      overflow == 0 && count >= 1,
+      what,
+      " must be between 1 and 2**63-1 (",
+      Stat<double>::kUnlimitedSamples,
+      ", the default: no limit), got ",
+      py::repr(index).cast<std::string>());
+  return count;
 }
 
 py::object timedeltaFromMs(int64_t ms) {
@@ -111,6 +149,10 @@ std::unique_ptr<PyStat<T>> pyStatFromState(
     const typename ScriptStat<T>::State& state) {
   return std::make_unique<PyStat<T>>(ScriptStat<T>::fromState(state));
 }
+
+template <typename T>
+constexpr const char* kRestoreName =
+    std::is_same_v<T, double> ? "_restore_stat" : "_restore_int_stat";
 
 template <typename T>
 typename ScriptStat<T>::State stateOf(const PyStat<T>& self) {
@@ -156,20 +198,20 @@ void defineStat(py::module_& m, const char* doc) {
   auto cls =
       py::class_<Self, torch::jit::Object>(m, kClassName<T>, doc)
           .def(
-              py::init([](std::string name,
+              py::init([](py::handle name,
                           py::handle aggregations,
                           py::handle windowSize,
-                          int64_t maxSamples) {
+                          py::handle maxSamples) {
                 return makePyStat<T>(
-                    std::move(name),
+                    textFromPython(name, "Stat name"),
                     aggregationsFromPython(aggregations),
                     windowFromPython(windowSize),
-                    maxSamples);
+                    countFromPython(maxSamples, "max_samples"));
               }),
               py::arg("name"),
               py::arg("aggregations"),
               py::arg("window_size"),
-              py::arg("max_samples") = Stat<T>::kUnlimitedSamples)
+              py::arg("max_samples") = py::int_(Stat<T>::kUnlimitedSamples))
           .def(
               "get",
               [](const Self& self) { return self.stat->get(); },
@@ -193,12 +235,23 @@ void defineStat(py::module_& m, const char* doc) {
               [](const Self& self) { return self.stat->aggregations(); })
           // torch.ScriptObject's own pickling would rebuild a plain
           // ScriptObject and abort; a copy is a new stat with the same
-          // configuration and an empty window.
-          .def(py::pickle(
-              [](const Self& self) { return stateOf(self); },
-              [](typename ScriptStat<T>::State state) {
-                return pyStatFromState<T>(state);
-              }))
+          // configuration and an empty window. A factory (not copyreg's
+          // __new__ + __setstate__, see initialiseOnNew) serves every
+          // pickle protocol.
+          .def(
+              "__reduce_ex__",
+              [](const Self& self, py::handle /*protocol*/) {
+                return py::make_tuple(
+                    py::module_::import("torch_monitor._C")
+                        .attr(kRestoreName<T>),
+                    py::make_tuple(stateOf(self)));
+              })
+          .def("__getstate__", [](const Self& self) { return stateOf(self); })
+          // Shadows torch.ScriptObject's (which expects another state).
+          // pybind11 runs __setstate__ only on an object not yet constructed,
+          // which initialiseOnNew never hands out: on a live stat it does
+          // nothing.
+          .def("__setstate__", [](const Self&, py::handle) {})
           .def("__copy__", [](const Self& self) {
             return pyStatFromState<T>(stateOf(self));
           })
@@ -234,6 +287,15 @@ void defineStat(py::module_& m, const char* doc) {
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   type->tp_getattro = PyObject_GenericGetAttr;
   PyType_Modified(type);
+
+  initialiseOnNew(cls);
+  m.def(
+      kRestoreName<T>,
+      [](typename ScriptStat<T>::State state) {
+        return pyStatFromState<T>(state);
+      },
+      py::arg("state"),
+      "Rebuilds a pickled stat (used by pickle)");
 }
 
 } // namespace
@@ -247,6 +309,14 @@ void initStats(py::module_& m) {
       m,
       "IntStat(name, aggregations, window_size, max_samples=2**63-1): like "
       "Stat, for int samples; every aggregate is an int");
+  m.def(
+      "_close_all_stats",
+      &closeAllStats,
+      // Python handlers take the GIL themselves; closing a window may wait
+      // for threads that add without it.
+      py::call_guard<py::gil_scoped_release>(),
+      "Logs the open window of every live Stat (called at interpreter exit, "
+      "before Python handlers are removed)");
 }
 
 } // namespace torch_monitor::python

@@ -5,7 +5,11 @@
 #include <mutex>
 #include <vector>
 
+#include <pthread.h>
+
 #include <c10/util/Exception.h>
+
+#include <torch_monitor/detail/text.h>
 
 namespace torch_monitor {
 namespace {
@@ -23,7 +27,17 @@ struct Registry {
 
 // Never destroyed: Stats destroyed during static destruction still log.
 Registry& registry() {
-  static Registry* instance = new Registry();
+  static Registry* instance = [] {
+    auto* r = new Registry();
+    // A thread that logs or (un)registers during fork() would leave the
+    // child a locked mutex and no thread to unlock it; holding it across
+    // fork() means the child inherits it unlocked by its own thread.
+    pthread_atfork(
+        [] { registry().mutex.lock(); },
+        [] { registry().mutex.unlock(); },
+        [] { registry().mutex.unlock(); });
+    return r;
+  }();
   return *instance;
 }
 
@@ -45,7 +59,23 @@ void editHandlers(Edit edit) {
 
 EventHandler::~EventHandler() = default;
 
+void checkEvent(const Event& event) {
+  detail::checkText(event.name, "Event name");
+  for (const auto& [key, value] : event.data) {
+    detail::checkText(key, "Event data key");
+    const auto* text = std::get_if<std::string>(&value);
+    if (text != nullptr && !detail::isValidText(*text)) {
+      detail::checkText(*text, "Event data['" + key + "']");
+    }
+  }
+}
+
 void logEvent(const Event& event) {
+  checkEvent(event);
+  detail::dispatchEvent(event);
+}
+
+void detail::dispatchEvent(const Event& event) {
   Registry& r = registry();
   if (r.empty.load(std::memory_order_acquire)) {
     return;

@@ -5,6 +5,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 
 namespace torch_monitor {
@@ -24,6 +25,7 @@ Stat<T>::Stat(
       clock_(
           coarseClockIsPreciseEnough(windowMs_) ? ClockSource::COARSE
                                                 : ClockSource::PRECISE) {
+  detail::checkText(name_, "Stat name");
   // torch.monitor divides by the window (SIGFPE at the first add) when it is
   // under 1 ms and silently treats maxSamples < 1 as 1.
   TORCH_CHECK_VALUE(
@@ -32,6 +34,15 @@ Stat<T>::Stat(
       name_,
       "': window_size must be at least 1 millisecond (it is kept with "
       "millisecond precision), got ",
+      windowMs_,
+      " ms");
+  TORCH_CHECK_VALUE(
+      windowMs_ <= kMaxWindowMs,
+      "Stat '",
+      name_,
+      "': window_size must be at most ",
+      kMaxWindowMs,
+      " ms (datetime.timedelta.max, about 2.7 million years), got ",
       windowMs_,
       " ms");
   TORCH_CHECK_VALUE(
@@ -44,17 +55,16 @@ Stat<T>::Stat(
     eventKeys_.emplace_back(a, name_ + "." + aggregationName(a));
   }
   detail::ensureAsymmetricBarrier();
+  track(); // last: the registry may call in from now on
 }
 
 template <typename T>
 Stat<T>::~Stat() {
-  ClosedWindow closed;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    closed = closeLocked(capped_ ? current_ : harvest(/*reset=*/true));
-  }
+  untrack(); // first: closeAllStats() and fork() no longer see this Stat
   try {
-    emit(closed);
+    if (auto event = closeOpenWindow()) {
+      detail::dispatchEvent(*event);
+    }
   } catch (const std::exception& e) {
     TORCH_WARN(
         "torch_monitor: an event handler failed while Stat '",
@@ -214,9 +224,9 @@ std::vector<std::pair<Aggregation, T>> Stat<T>::aggregatesOf(
 }
 
 template <typename T>
-void Stat<T>::emit(const ClosedWindow& closed) const {
+std::optional<Event> Stat<T>::eventOf(const ClosedWindow& closed) const {
   if (!closed.emit) {
-    return;
+    return std::nullopt;
   }
   Event event;
   event.name = kStatEventName;
@@ -226,7 +236,47 @@ void Stat<T>::emit(const ClosedWindow& closed) const {
   for (size_t i = 0; i < aggregates.size(); ++i) {
     event.data.emplace(eventKeys_[i].second, aggregates[i].second);
   }
-  logEvent(event);
+  return event;
+}
+
+template <typename T>
+void Stat<T>::emit(const ClosedWindow& closed) const {
+  if (auto event = eventOf(closed)) {
+    detail::dispatchEvent(*event);
+  }
+}
+
+template <typename T>
+std::optional<Event> Stat<T>::closeOpenWindow() {
+  ClosedWindow closed;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (capped_) {
+      closed = closeLocked(current_);
+      current_ = detail::Accumulator<T>();
+    } else {
+      closed = closeLocked(harvest(/*reset=*/true));
+    }
+  }
+  return eventOf(closed);
+}
+
+template <typename T>
+void Stat<T>::resetAfterForkInChild() {
+  // Only the thread that called fork() exists here, and it holds mutex_
+  // (lockBeforeFork). A shard whose owner was inside add() stays marked busy
+  // forever (a harvest would spin on it) and may hold a torn update; the
+  // samples of the open window are the parent's to log. So every shard and
+  // the capped window start empty; the last closed window (get()) stays.
+  for (auto& slot : shards_) {
+    if (auto* shard = slot.load(std::memory_order_relaxed)) {
+      shard->busy.store(0, std::memory_order_relaxed);
+      shard->frozen.store(0, std::memory_order_relaxed);
+      shard->acc = detail::Accumulator<T>();
+    }
+  }
+  current_ = detail::Accumulator<T>();
+  mutex_.unlock();
 }
 
 template <typename T>
@@ -247,9 +297,14 @@ std::chrono::milliseconds windowFromSeconds(double seconds) {
       std::isfinite(seconds) && seconds >= 0,
       "window_size must be a finite, non-negative number of seconds, got ",
       seconds);
+  // Checked before the conversion, which is undefined for values beyond
+  // int64. (Rounding may let through a value a few ms above the limit; the
+  // Stat constructor rejects it exactly.)
   TORCH_CHECK_VALUE(
-      seconds < 9.2e15,
-      "window_size is too large: ",
+      seconds * 1000.0 <= double(Stat<double>::kMaxWindowMs),
+      "window_size must be at most ",
+      Stat<double>::kMaxWindowMs / 1000,
+      " s (datetime.timedelta.max, about 2.7 million years), got ",
       seconds,
       " s");
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));

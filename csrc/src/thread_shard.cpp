@@ -35,6 +35,22 @@ SlotTable& slotTable() {
       table.used.reset(static_cast<size_t>(reinterpret_cast<intptr_t>(value) - 1));
       threadSlotPlusOne = 0;
     });
+    // In a forked child only the forking thread exists: the table's mutex
+    // must not stay held by a thread that was assigning or freeing a slot,
+    // and the other threads' slots are free again (their shards are reset
+    // by the Stats' own fork hooks).
+    pthread_atfork(
+        [] { slotTable().mutex.lock(); },
+        [] { slotTable().mutex.unlock(); },
+        [] {
+          SlotTable& table = slotTable();
+          table.used.reset();
+          const int own = threadSlotPlusOne - 1;
+          if (own >= 0 && own < kMaxThreadSlots) {
+            table.used.set(own);
+          }
+          table.mutex.unlock();
+        });
     return t;
   }();
   return *table;

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -138,6 +140,55 @@ TEST(Event, EpochMicrosRoundTrip) {
       std::chrono::duration_cast<std::chrono::microseconds>(
           now.time_since_epoch())
           .count());
+}
+
+// The range a system_clock time point holds; beyond it the value used to
+// wrap to another century.
+TEST(Event, EpochMicrosOutsideTheTimePointRangeAreRejected) {
+  for (int64_t us : {kMinEpochMicros, kMaxEpochMicros}) {
+    EXPECT_EQ(toEpochMicros(fromEpochMicros(us)), us) << us;
+  }
+  EXPECT_EQ(kMaxEpochMicros, int64_t(9223372036854775)); // 2262-04-11
+  for (int64_t us : {kMinEpochMicros - 1, kMaxEpochMicros + 1,
+                     int64_t(253402300800000000), // 10000-01-01
+                     std::numeric_limits<int64_t>::min()}) {
+    SCOPED_TRACE(us);
+    test::expectValueError(
+        [&] { fromEpochMicros(us); },
+        {"outside the supported range", "1677-09-21", "2262-04-11"});
+  }
+}
+
+// Names, keys and text values reach Python, JSON and C string APIs: logEvent
+// rejects what they cannot hold before any handler sees it.
+TEST(Event, LogEventRejectsInvalidUtf8AndNulBeforeAnyHandlerRuns) {
+  ScopedRecorder recorder;
+  const std::string nul("a\0b", 3);
+  const std::string cut = std::string("\xc3\xa9").substr(0, 1); // half an "é"
+  struct Case {
+    std::function<void(Event&)> spoil;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[&](Event& e) { e.name = nul; }, "Event name contains a NUL byte at index 1"},
+      {[&](Event& e) { e.name = cut; }, "Event name is not valid UTF-8: byte 0xC3"},
+      {[&](Event& e) { e.data[nul] = 1.0; }, "Event data key contains a NUL"},
+      {[&](Event& e) { e.data[cut] = true; }, "Event data key is not valid UTF-8"},
+      {[&](Event& e) { e.data["k"] = nul; }, "Event data['k'] contains a NUL"},
+      {[&](Event& e) { e.data["k"] = cut; }, "Event data['k'] is not valid UTF-8"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    Event e = makeEvent("ok");
+    c.spoil(e);
+    test::expectValueError([&] { logEvent(e); }, {c.message});
+    test::expectValueError([&] { checkEvent(e); }, {c.message});
+  }
+  EXPECT_EQ(recorder->size(), 0u);
+  Event text = makeEvent("é✓𝄞");
+  text.data["ключ"] = std::string("значение");
+  logEvent(text);
+  EXPECT_EQ(recorder->size(), 1u);
 }
 
 // ---------------------------------------------------------------------------

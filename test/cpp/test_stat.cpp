@@ -1,11 +1,15 @@
 // Stat<double> and Stat<int64_t>: aggregates, windows, max_samples, NaN,
-// construction errors, and a differential test against torch::monitor::Stat.
+// construction errors, a differential test against torch::monitor::Stat,
+// closeAllStats() at exit and fork() while other threads add.
 //
 // Every window test runs on the fake monotonic clock; nothing sleeps.
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -13,8 +17,12 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <torch/csrc/monitor/counters.h>
@@ -172,7 +180,7 @@ TEST(WindowFromSeconds, TruncatesToWholeMilliseconds) {
   EXPECT_EQ(windowFromSeconds(0.0009), 0ms);
   EXPECT_EQ(windowFromSeconds(1e-9), 0ms);
   EXPECT_EQ(windowFromSeconds(0.0), 0ms);
-  EXPECT_EQ(windowFromSeconds(9.1e15), std::chrono::milliseconds(int64_t(9.1e18)));
+  EXPECT_EQ(windowFromSeconds(8.6e13), std::chrono::milliseconds(int64_t(8.6e16)));
   // Every whole number of ms under one second survives the double round trip.
   for (int64_t ms = 0; ms < 1000; ++ms) {
     ASSERT_EQ(windowFromSeconds(double(ms) / 1000.0).count(), ms);
@@ -188,8 +196,47 @@ TEST(WindowFromSeconds, RejectsNegativeNonFiniteAndHuge) {
     expectValueError(
         [&] { windowFromSeconds(bad); }, {"window_size", "non-negative"});
   }
-  expectValueError([] { windowFromSeconds(9.3e15); }, {"too large"});
-  expectValueError([] { windowFromSeconds(1e300); }, {"too large"});
+  // Beyond datetime.timedelta.max: torch_monitor used to accept up to 9.2e15
+  // s, which Python then reported as a wrong window_size.
+  for (double huge : {8.65e13, 9.3e15, 1e300}) {
+    SCOPED_TRACE(huge);
+    expectValueError(
+        [&] { windowFromSeconds(huge); },
+        {"window_size must be at most 86399999999999 s", "timedelta.max"});
+  }
+}
+
+TEST(StatWindow, LongestWindowIsTimedeltaMax) {
+  const auto longest = std::chrono::milliseconds(Stat<double>::kMaxWindowMs);
+  Stat<double> ok("longest", {SUM}, longest);
+  EXPECT_EQ(ok.windowSize(), longest);
+  for (int64_t ms : {Stat<double>::kMaxWindowMs + 1,
+                     std::numeric_limits<int64_t>::max()}) {
+    SCOPED_TRACE(ms);
+    expectValueError(
+        [&] { Stat<int64_t>("huge", {SUM}, std::chrono::milliseconds(ms)); },
+        {"'huge'", "window_size must be at most 86399999999999999 ms"});
+  }
+}
+
+// Names reach handlers, Python and JSON: they must be UTF-8 without NUL.
+TEST(StatName, InvalidUtf8AndNulAreRejected) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {std::string("ab\0c", 4), "Stat name contains a NUL byte at index 2"},
+      {"\xff", "Stat name is not valid UTF-8: byte 0xFF at index 0"},
+      {"ok\xc3", "byte 0xC3 at index 2"}, // "é" cut after its first byte
+      {"\xc0\xaf", "byte 0xC0 at index 0"}, // overlong "/"
+      {"\xed\xa0\x80", "byte 0xED at index 0"}, // a surrogate, U+D800
+      {"\xf4\x90\x80\x80", "byte 0xF4 at index 0"}, // above U+10FFFF
+  };
+  for (const auto& [name, message] : cases) {
+    SCOPED_TRACE(message);
+    expectValueError([&] { Stat<double>(name, {SUM}, 1s); }, {message});
+    expectValueError([&] { Stat<int64_t>(name, {SUM}, 1s); }, {message});
+  }
+  // Every valid width of UTF-8 is accepted.
+  Stat<double> text("é✓𝄞 loss", {SUM}, 1s);
+  EXPECT_EQ(text.name(), "é✓𝄞 loss");
 }
 
 TEST(WindowFromSeconds, SubMillisecondWindowIsRejectedByStat) {
@@ -336,7 +383,9 @@ TEST_F(StatTestBase, IntegerMeanTruncates) {
   EXPECT_EQ(means.at("c.mean"), data_value_t(1.5));
 }
 
-// accumulator.h: integer sums wrap rather than overflow (no UB).
+// Decision (docs/differences.md): integer sums wrap modulo 2**64, as
+// torch::monitor's int64 Stat does in practice, rather than overflow (UB),
+// saturate or throw, which would cost every add a check.
 TEST_F(StatTestBase, IntegerSumWraps) {
   {
     Stat<int64_t> s("w", {SUM, MAX}, 100ms);
@@ -653,10 +702,10 @@ TYPED_TEST(StatTest, HugeWindowClosesOnlyOnDestruction) {
 TYPED_TEST(StatTest, MaximalWindow) {
   using T = TypeParam;
   {
-    Stat<T> s("h", {COUNT}, std::chrono::milliseconds::max());
+    Stat<T> s("h", {COUNT}, std::chrono::milliseconds(Stat<T>::kMaxWindowMs));
     this->clock.set(1);
     s.add(T(1));
-    this->clock.set(int64_t(1) << 60);
+    this->clock.set(Stat<T>::kMaxWindowMs - 1);
     s.add(T(1));
     EXPECT_TRUE(this->events().empty());
   }
@@ -1015,6 +1064,145 @@ TYPED_TEST(StatTest, MatchesUnmodifiedTorchMonitorWithinOneWindow) {
       EXPECT_EQ(a[oursBefore + i].name, b[theirsBefore + i].name);
       EXPECT_EQ(a[oursBefore + i].data, b[theirsBefore + i].data) << i;
     }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Exit: closeAllStats() and the last window of a Stat that is never destroyed
+
+TEST_F(StatTestBase, CloseAllStatsLogsOpenWindowsAndStatsStayUsable) {
+  Stat<double> sharded("close.sharded", {SUM, COUNT}, 1h);
+  Stat<int64_t> capped("close.capped", {SUM}, 1h, 10);
+  Stat<double> empty("close.empty", {SUM}, 1h);
+  sharded.add(1.5);
+  sharded.add(2.0);
+  capped.add(4);
+  closeAllStats();
+  auto evs = events();
+  ASSERT_EQ(evs.size(), 2u); // the empty stat logs nothing
+  std::map<std::string, data_value_t> data;
+  for (const Event& e : evs) {
+    data.insert(e.data.begin(), e.data.end());
+  }
+  EXPECT_EQ(data.at("close.sharded.sum"), data_value_t(3.5));
+  EXPECT_EQ(data.at("close.sharded.count"), data_value_t(2.0));
+  EXPECT_EQ(data.at("close.capped.sum"), data_value_t(int64_t(4)));
+  EXPECT_EQ(byName(sharded.get()).at("sum"), 3.5);
+  EXPECT_EQ(sharded.count(), 0);
+  // Nothing twice: a second close and the destructors log only new samples.
+  closeAllStats();
+  EXPECT_EQ(events().size(), 2u);
+  sharded.add(1.0);
+  capped.add(1);
+  EXPECT_EQ(sharded.count(), 1);
+  EXPECT_EQ(capped.count(), 1);
+  closeAllStats();
+  EXPECT_EQ(events().size(), 4u);
+}
+
+// A Stat owned by something that is never destroyed (a leaked object, a
+// module-level Python object, a registered handler) still logs its last
+// window at exit, and before the sinks flush: the event is in the file.
+TEST(StatExit, LastWindowOfAStatThatIsNeverDestroyedReachesHandlersAndSinks) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // The "threadsafe" child re-runs this test body: no pid in the name.
+  const std::string path =
+      ::testing::TempDir() + "torch_monitor_test_stat_exit.jsonl";
+  std::remove(path.c_str());
+  EXPECT_EXIT(
+      {
+        registerEventHandler(std::make_shared<test::FunctionHandler>(
+            [](const Event& e) {
+              for (const auto& [key, value] : e.data) {
+                std::fprintf(
+                    stderr, "handler got %s=%g\n", key.c_str(),
+                    std::get<double>(value));
+              }
+            }));
+        registerEventHandler(std::make_shared<sinks::JsonLinesWriter>(path));
+        auto* leaked = new Stat<double>("exit.leaked", {SUM}, 1h);
+        leaked->add(1.0);
+        leaked->add(5.0);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0),
+      "handler got exit.leaked.sum=6");
+  std::FILE* file = std::fopen(path.c_str(), "r");
+  ASSERT_NE(file, nullptr) << path;
+  char line[4096] = {};
+  const bool read = std::fgets(line, sizeof(line), file) != nullptr;
+  std::fclose(file);
+  std::remove(path.c_str());
+  ASSERT_TRUE(read);
+  EXPECT_NE(std::string(line).find("exit.leaked.sum"), std::string::npos)
+      << line;
+  EXPECT_NE(std::string(line).find("6.0"), std::string::npos) << line;
+}
+
+// ---------------------------------------------------------------------------
+// fork(): while other threads add (sharded and capped stats), log, and
+// create and destroy stats, a forked child must never deadlock on a lock it
+// inherited held, nor spin on a shard frozen mid-add; it can use every Stat.
+
+TEST(StatFork, ChildCanUseEveryStatWhileOtherThreadsAddAndLog) {
+  Stat<double> sharded("fork.sharded", {SUM, COUNT}, 1ms); // closes often
+  Stat<int64_t> capped("fork.capped", {SUM}, 1ms, 3);
+  Stat<double> inherited("fork.inherited", {COUNT}, 1h);
+  test::ScopedHandler handler(
+      std::make_shared<test::FunctionHandler>([](const Event&) {}));
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        sharded.add(1.0);
+        capped.add(1);
+        inherited.add(1.0);
+        logEvent(Event{"fork.busy", std::chrono::system_clock::now(), {}});
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      Stat<double> shortLived("fork.short", {SUM}, 1ms);
+      shortLived.add(1.0);
+      std::thread([&] { shortLived.add(1.0); }).join(); // thread slots
+    }
+  });
+  for (int i = 0; i < 50; ++i) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::alarm(20); // a deadlocked child dies of SIGALRM
+      // The open window the child inherited is the parent's to log.
+      if (inherited.count() != 0) {
+        ::_exit(3);
+      }
+      inherited.add(1.0);
+      sharded.add(2.0);
+      capped.add(2);
+      logEvent(Event{"fork.child", std::chrono::system_clock::now(), {}});
+      Stat<double> fresh("fork.fresh", {SUM}, 1h);
+      std::thread([&] {
+        fresh.add(1.0);
+        sharded.add(1.0);
+      }).join();
+      if (inherited.count() != 1 || fresh.count() != 1) {
+        ::_exit(4);
+      }
+      closeAllStats();
+      ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "fork " << i << ": child "
+        << (WIFSIGNALED(status) ? "killed by signal " : "exited with ")
+        << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  }
+  stop = true;
+  for (auto& t : threads) {
+    t.join();
   }
 }
 

@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <variant>
 
+#include <torch_monitor/export.h>
+
 namespace torch_monitor {
 
 // The value types an event can carry; the same alternatives, in the same
@@ -36,12 +38,23 @@ inline int64_t toEpochMicros(
              t.time_since_epoch())
       .count();
 }
-inline std::chrono::time_point<std::chrono::system_clock> fromEpochMicros(
-    int64_t micros) noexcept {
-  return std::chrono::time_point<std::chrono::system_clock>(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::microseconds(micros)));
-}
+
+// The instants a system_clock time_point can hold (nanoseconds in an int64:
+// 1677-09-21 00:12:43.145225 to 2262-04-11 23:47:16.854775 UTC), in
+// microseconds since the epoch.
+inline constexpr int64_t kMinEpochMicros =
+    std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::system_clock::duration::min())
+        .count();
+inline constexpr int64_t kMaxEpochMicros =
+    std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::system_clock::duration::max())
+        .count();
+
+// Throws c10::ValueError for a value outside [kMinEpochMicros,
+// kMaxEpochMicros], which would otherwise wrap to an unrelated date.
+TORCH_MONITOR_API std::chrono::time_point<std::chrono::system_clock>
+fromEpochMicros(int64_t micros);
 
 // Name of the events emitted when a Stat window closes (kept identical to
 // torch.monitor so handlers written for it keep matching).

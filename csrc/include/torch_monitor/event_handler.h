@@ -19,9 +19,16 @@ class TORCH_MONITOR_API EventHandler {
 
 // Calls every registered handler, synchronously on the calling thread, in
 // registration order, on a snapshot of the registry. Every handler runs even
-// if an earlier one throws; the first exception is then rethrown.
-// Thread safety: callable from any thread, concurrently with (un)registration.
+// if an earlier one throws; the first exception is then rethrown. Throws
+// c10::ValueError, before any handler runs, for an event checkEvent rejects.
+// Thread safety: callable from any thread, concurrently with (un)registration
+// and with fork() (the registry's lock is reset in the child).
 TORCH_MONITOR_API void logEvent(const Event& event);
+
+// Throws c10::ValueError naming the field unless the event's name, data keys
+// and text values are valid UTF-8 without NUL bytes: every handler may hand
+// them to Python, JSON or C string APIs.
+TORCH_MONITOR_API void checkEvent(const Event& event);
 
 // Adds a handler; registering the same handler twice makes it run twice.
 TORCH_MONITOR_API void registerEventHandler(
@@ -31,5 +38,13 @@ TORCH_MONITOR_API void registerEventHandler(
 // is a no-op.
 TORCH_MONITOR_API void unregisterEventHandler(
     const std::shared_ptr<EventHandler>& handler);
+
+namespace detail {
+// logEvent without checkEvent, for events whose text is already known to be
+// valid: a Stat's own events (its name is checked once, at construction) and
+// events built through the Python and TorchScript APIs, which check every
+// string as it is set.
+TORCH_MONITOR_API void dispatchEvent(const Event& event);
+} // namespace detail
 
 } // namespace torch_monitor

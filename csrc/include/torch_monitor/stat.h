@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -14,6 +15,7 @@
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/clock.h>
 #include <torch_monitor/detail/accumulator.h>
+#include <torch_monitor/detail/live_stats.h>
 #include <torch_monitor/detail/thread_shard.h>
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
@@ -31,15 +33,25 @@ namespace torch_monitor {
 // finite maxSamples the per-window cap needs one exact count, so add() takes
 // the stat's mutex.
 //
+// Every live Stat is known to a process-wide registry (joined at
+// construction, left at destruction, never touched by add()), so that
+// closeAllStats() can log open windows at exit and fork() leaves every Stat
+// usable in the child. The child starts with an empty open window: the
+// samples it inherited belong to the parent's window, which the parent logs.
+//
 // Thread safety: no concurrent call to any API of this type causes a data
 // race, and no sample is lost or counted twice across a window close.
 template <typename T>
-class TORCH_MONITOR_API Stat {
+class TORCH_MONITOR_API Stat : private detail::LiveStat {
  public:
   static constexpr int64_t kUnlimitedSamples =
       std::numeric_limits<int64_t>::max();
+  // The longest window: datetime.timedelta.max (999999999 days, about 2.7
+  // million years) in whole ms, so that every face can report it.
+  static constexpr int64_t kMaxWindowMs = 86'399'999'999'999'999;
 
-  // Throws c10::ValueError for a window under 1 ms, maxSamples < 1 or an
+  // Throws c10::ValueError for a name that is not valid UTF-8 or contains
+  // NUL, a window under 1 ms or over kMaxWindowMs, maxSamples < 1 or an
   // invalid aggregation. An empty list is accepted (as torch::monitor does):
   // its windows log events without data.
   Stat(
@@ -131,7 +143,19 @@ class TORCH_MONITOR_API Stat {
   // Makes `closed` the previous window; returns it for emission outside the
   // lock (callers hold mutex_).
   ClosedWindow closeLocked(const detail::Accumulator<T>& closed);
+  // The event of a window, or nothing for an empty one.
+  std::optional<Event> eventOf(const ClosedWindow& closed) const;
   void emit(const ClosedWindow& closed) const;
+
+  // detail::LiveStat, for closeAllStats() and fork().
+  std::optional<Event> closeOpenWindow() override;
+  void lockBeforeFork() override {
+    mutex_.lock();
+  }
+  void unlockAfterForkInParent() override {
+    mutex_.unlock();
+  }
+  void resetAfterForkInChild() override;
   // (aggregation, aggregate) per enabled aggregation, in eventKeys_ order.
   std::vector<std::pair<Aggregation, T>> aggregatesOf(
       const detail::Accumulator<T>& window) const;
@@ -165,8 +189,18 @@ class TORCH_MONITOR_API Stat {
 
 // Converts a window given in seconds (Python's convention) to the whole
 // milliseconds a Stat keeps, truncating; throws c10::ValueError for a
-// negative or non-finite value. The Stat constructor rejects < 1 ms.
+// negative, non-finite or too large value. The Stat constructor rejects
+// < 1 ms.
 TORCH_MONITOR_API std::chrono::milliseconds windowFromSeconds(double seconds);
+
+// Closes the open window of every live Stat of both types and logs those
+// that hold samples, as if their windows had ended now; the Stats stay
+// usable. Runs by itself at process exit (std::atexit, before the sinks'
+// final flush) and, in Python, from the package's atexit hook before Python
+// handlers are removed, so a last window reaches the handlers even when its
+// Stat is never destroyed. A failing handler is reported as a warning.
+// Thread safety: callable from any thread, concurrently with every Stat API.
+TORCH_MONITOR_API void closeAllStats() noexcept;
 
 extern template class Stat<double>;
 extern template class Stat<int64_t>;

@@ -1,11 +1,14 @@
 #include <torch_monitor/script/script_event.h>
 
+#include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/script/registration.h>
 
 namespace torch_monitor::script {
 namespace {
 
+// Scripted code can build any bytes (slicing a str cuts inside characters),
+// so every string is checked here, where it enters.
 template <typename V>
 void defineSetter(
     torch::class_<ScriptEvent>& cls,
@@ -13,6 +16,10 @@ void defineSetter(
   cls.def(method, [](const c10::intrusive_ptr<ScriptEvent>& self,
                      std::string key,
                      V value) {
+    detail::checkText(key, "Event data key");
+    if constexpr (std::is_same_v<V, std::string>) {
+      detail::checkText(value, "Event data['" + key + "']");
+    }
     self->event().data[std::move(key)] = data_value_t(std::move(value));
   });
 }
@@ -49,10 +56,19 @@ c10::intrusive_ptr<ScriptEvent> ScriptEvent::fromState(State s) {
       version,
       "; this build reads version ",
       kStateVersion);
+  const size_t n = keys.size();
+  TORCH_CHECK_VALUE(
+      kinds.size() == n && strings.size() == n && doubles.size() == n &&
+          ints.size() == n,
+      "corrupt torch_monitor Event state: its data columns differ in length");
   Event event;
   event.name = std::move(name);
   event.timestamp = fromEpochMicros(micros);
-  for (size_t i = 0; i < keys.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
+    TORCH_CHECK_VALUE(
+        kinds[i] >= 0 && kinds[i] < int64_t(std::variant_size_v<data_value_t>),
+        "corrupt torch_monitor Event state: unknown value kind ",
+        kinds[i]);
     data_value_t value;
     switch (kinds[i]) {
       case 0:
@@ -70,6 +86,7 @@ c10::intrusive_ptr<ScriptEvent> ScriptEvent::fromState(State s) {
     }
     event.data.emplace(std::move(keys[i]), std::move(value));
   }
+  checkEvent(event); // a saved archive can hold any bytes
   return c10::make_intrusive<ScriptEvent>(std::move(event));
 }
 
@@ -77,6 +94,7 @@ void registerEventClassAndOps(torch::Library& m) {
   auto cls = m.class_<ScriptEvent>("Event");
   cls.def(
          torch::init([](std::string name) {
+           detail::checkText(name, "Event name");
            Event event;
            event.name = std::move(name);
            event.timestamp = std::chrono::system_clock::now();
@@ -118,7 +136,8 @@ void registerEventClassAndOps(torch::Library& m) {
           "log_event(__torch__.torch.classes.torch_monitor.Event event) -> ()",
           c10::AliasAnalysisKind::CONSERVATIVE),
       [](const c10::intrusive_ptr<ScriptEvent>& event) {
-        logEvent(event->event());
+        // Every string was checked as it was set.
+        detail::dispatchEvent(event->event());
       });
 }
 

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <optional>
+
+#include <torch_monitor/event.h>
+#include <torch_monitor/export.h>
+
+namespace torch_monitor::detail {
+
+// What the process-wide registry of live stats needs from a Stat. The
+// registry exists for two moments a Stat cannot handle alone:
+//  - process exit: a Stat that is never destroyed (owned by a leaked or
+//    module-level object) would lose its last window, so closeAllStats()
+//    logs every open window;
+//  - fork(): the child must not inherit a Stat lock held by a thread that does
+//    not exist there, nor shards stuck mid-update.
+// A Stat joins the registry when fully constructed and leaves it first thing
+// in its destructor; that is the only cost (never per add). The registry is
+// an intrusive list, so joining allocates nothing.
+// Thread safety: track()/untrack() may race with each other and with the
+// registry's walks; the registry calls the virtual methods under its lock.
+class TORCH_MONITOR_API LiveStat {
+ public:
+  LiveStat(const LiveStat&) = delete;
+  LiveStat& operator=(const LiveStat&) = delete;
+
+  // Closes the open window now if it holds samples and returns its event; the
+  // registry logs it after releasing its own lock.
+  virtual std::optional<Event> closeOpenWindow() = 0;
+  // pthread_atfork hooks: take the Stat's lock before fork() and release it
+  // after; the child also forgets the window it inherited (see Stat).
+  virtual void lockBeforeFork() = 0;
+  virtual void unlockAfterForkInParent() = 0;
+  virtual void resetAfterForkInChild() = 0;
+
+ protected:
+  LiveStat() = default;
+  ~LiveStat() = default;
+  // Called by the derived class once fully constructed, and at the start of
+  // its destructor.
+  void track();
+  void untrack();
+
+ private:
+  friend struct LiveStatRegistry;
+  LiveStat* prev_ = nullptr;
+  LiveStat* next_ = nullptr;
+  // Identifies the thread on whose stack this object lives (nullptr: not on
+  // a thread's stack). A forked child drops the Stats on the stacks of
+  // threads it did not inherit: their memory is reused by its new threads.
+  const void* stackOwner_ = nullptr;
+};
+
+} // namespace torch_monitor::detail

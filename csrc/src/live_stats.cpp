@@ -1,0 +1,170 @@
+#include <torch_monitor/detail/live_stats.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+#include <pthread.h>
+
+#include <c10/util/Exception.h>
+
+#include <torch_monitor/event_handler.h>
+#include <torch_monitor/stat.h>
+
+namespace torch_monitor {
+namespace detail {
+namespace {
+
+// Its address identifies the calling thread, also in a forked child (which
+// keeps the forking thread's thread-local storage where it was).
+thread_local char threadMarker;
+
+// Whether `p` lies on the calling thread's stack (bounds looked up once per
+// thread, at its first Stat).
+bool onCallingThreadStack(const void* p) {
+  thread_local uintptr_t low = 0;
+  thread_local uintptr_t high = 0;
+  if (high == 0) {
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* base = nullptr;
+      size_t size = 0;
+      if (pthread_attr_getstack(&attr, &base, &size) == 0) {
+        low = reinterpret_cast<uintptr_t>(base);
+        high = low + size;
+      }
+      pthread_attr_destroy(&attr);
+    }
+    if (high == 0) {
+      high = 1; // unknown: count nothing as on the stack
+    }
+  }
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  return address >= low && address < high;
+}
+
+} // namespace
+
+// Lock order: the registry's mutex, then a Stat's. A Stat never takes the
+// registry's mutex while holding its own, and logs only after releasing both.
+struct LiveStatRegistry {
+  std::mutex mutex;
+  LiveStat* first = nullptr;
+
+  // Never destroyed: Stats may be destroyed during static destruction.
+  static LiveStatRegistry& get() {
+    static LiveStatRegistry* instance = [] {
+      auto* r = new LiveStatRegistry();
+      pthread_atfork(&prepareFork, &afterForkInParent, &afterForkInChild);
+      // Registered after the library's static objects were constructed (the
+      // sinks' flush-at-exit among them), so it runs before they are
+      // destroyed: the last windows reach the sinks before those flush.
+      std::atexit([] { closeAllStats(); });
+      return r;
+    }();
+    return *instance;
+  }
+
+  template <typename F>
+  void forEach(F f) {
+    for (LiveStat* s = first; s != nullptr; s = s->next_) {
+      f(*s);
+    }
+  }
+
+  // Held from prepare to the parent/child hook, so no Stat joins or leaves
+  // while fork() copies the process.
+  static void prepareFork() {
+    LiveStatRegistry& r = get();
+    r.mutex.lock();
+    r.forEach([](LiveStat& s) { s.lockBeforeFork(); });
+  }
+  static void afterForkInParent() {
+    LiveStatRegistry& r = get();
+    r.forEach([](LiveStat& s) { s.unlockAfterForkInParent(); });
+    r.mutex.unlock();
+  }
+  // Only the forking thread exists now, and no other thread has started
+  // yet: a Stat on another thread's stack is still intact here but belongs
+  // to a thread that is gone, and its memory is reused as soon as the child
+  // starts a thread. It is dropped (never to be used or destroyed in the
+  // child); every other Stat is reset for the child.
+  static void afterForkInChild() {
+    LiveStatRegistry& r = get();
+    LiveStat* s = r.first;
+    while (s != nullptr) {
+      LiveStat* next = s->next_;
+      if (s->stackOwner_ != nullptr && s->stackOwner_ != &threadMarker) {
+        r.unlink(*s);
+      } else {
+        s->resetAfterForkInChild();
+      }
+      s = next;
+    }
+    r.mutex.unlock();
+  }
+
+  // Callers hold the mutex. A Stat a forked child dropped is in no list.
+  void unlink(LiveStat& s) {
+    if (s.prev_ == nullptr && first != &s) {
+      return;
+    }
+    (s.prev_ != nullptr ? s.prev_->next_ : first) = s.next_;
+    if (s.next_ != nullptr) {
+      s.next_->prev_ = s.prev_;
+    }
+    s.prev_ = s.next_ = nullptr;
+  }
+};
+
+void LiveStat::track() {
+  stackOwner_ = onCallingThreadStack(this) ? &threadMarker : nullptr;
+  LiveStatRegistry& r = LiveStatRegistry::get();
+  std::lock_guard<std::mutex> guard(r.mutex);
+  next_ = r.first;
+  if (next_ != nullptr) {
+    next_->prev_ = this;
+  }
+  r.first = this;
+}
+
+void LiveStat::untrack() {
+  LiveStatRegistry& r = LiveStatRegistry::get();
+  std::lock_guard<std::mutex> guard(r.mutex);
+  r.unlink(*this);
+}
+
+} // namespace detail
+
+void closeAllStats() noexcept {
+  std::vector<Event> events;
+  {
+    auto& r = detail::LiveStatRegistry::get();
+    std::lock_guard<std::mutex> guard(r.mutex);
+    r.forEach([&](detail::LiveStat& s) {
+      if (auto event = s.closeOpenWindow()) {
+        events.push_back(std::move(*event));
+      }
+    });
+  }
+  // Called at exit, where an exception would terminate the process: a
+  // failing handler is reported, as when a Stat is destroyed.
+  for (const Event& event : events) {
+    try {
+      detail::dispatchEvent(event);
+    } catch (const std::exception& e) {
+      TORCH_WARN(
+          "torch_monitor: an event handler failed while closing the open "
+          "Stat windows: ",
+          e.what());
+    } catch (...) {
+      TORCH_WARN(
+          "torch_monitor: an event handler failed while closing the open "
+          "Stat windows");
+    }
+  }
+}
+
+} // namespace torch_monitor
