@@ -92,7 +92,9 @@ size_t bufferBytes(int64_t bytes) {
 }
 
 // An event carrying raw bytes (invalid UTF-8 included), which Python str
-// cannot express; only the tests use it.
+// cannot express and logEvent() refuses; only the tests use it, to check
+// that the sinks still write valid files from such text (a C++ handler or
+// an older producer could hand them one).
 void logRawEvent(const py::bytes& name, const py::dict& data) {
   Event event;
   event.name = name;
@@ -109,7 +111,7 @@ void logRawEvent(const py::bytes& name, const py::dict& data) {
       event.data[k] = value.cast<double>();
     }
   }
-  logEvent(event);
+  torch_monitor::detail::dispatchEvent(event);
 }
 
 } // namespace

@@ -34,6 +34,7 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <torch_monitor/detail/text.h>
 #include <torch_monitor/sinks/crc32c.h>
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
 #include <torch_monitor/sinks/sinks.h>
@@ -431,7 +432,7 @@ TEST(SinkTensorBoardFormat, InPlaceRecordEqualsComposedRecord) {
 TEST(SinkTensorBoardFormat, ScalarTagRepairsInvalidUtf8) {
   const sinks::tensorboard::ScalarTag tag(std::string("a\xff" "b", 3));
   EXPECT_EQ(tag.tag(), "a\xEF\xBF\xBD" "b");
-  EXPECT_TRUE(sinks::text::isValidUtf8(tag.tag()));
+  EXPECT_TRUE(torch_monitor::detail::isValidText(tag.tag()));
 }
 
 // ---------------------------------------------------------------- text formats
@@ -461,7 +462,7 @@ TEST(SinkJson, EscapesQuotesBackslashesAndControls) {
 
 TEST(SinkJson, KeepsValidUtf8) {
   const std::string text = "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xEF\xBF\xBF";
-  EXPECT_TRUE(sinks::text::isValidUtf8(text));
+  EXPECT_TRUE(torch_monitor::detail::isValidText(text));
   EXPECT_EQ(jsonString(text), "\"" + text + "\"");
 }
 
@@ -477,7 +478,7 @@ TEST(SinkJson, ReplacesInvalidUtf8LikePython) {
   EXPECT_EQ(repaired("\xF4\x90\x80\x80"), kFFFD + kFFFD + kFFFD + kFFFD);
   EXPECT_EQ(repaired("\xF5"), kFFFD);
   EXPECT_EQ(repaired("\xE0\x80\x80"), kFFFD + kFFFD + kFFFD);
-  EXPECT_FALSE(sinks::text::isValidUtf8("\xED\xA0\x80"));
+  EXPECT_FALSE(torch_monitor::detail::isValidText("\xED\xA0\x80"));
   EXPECT_EQ(jsonString("\"\xff\n"), "\"\\\"" + kFFFD + "\\n\"");
 }
 
@@ -489,7 +490,7 @@ TEST(SinkJson, EscapedOutputIsAlwaysOneLineOfValidUtf8) {
       c = static_cast<char>(rng());
     }
     const std::string out = jsonString(s);
-    EXPECT_TRUE(sinks::text::isValidUtf8(out));
+    EXPECT_TRUE(torch_monitor::detail::isValidText(out));
     EXPECT_EQ(out.find('\n'), std::string::npos);
     for (unsigned char c : out) {
       EXPECT_GE(c, 0x20);

@@ -1,5 +1,7 @@
 #include <torch_monitor/sinks/sink.h>
 
+#include <torch_monitor/detail/text.h>
+
 #include <cmath>
 
 #include <c10/util/Exception.h>
@@ -97,18 +99,9 @@ std::chrono::milliseconds flushIntervalFromSeconds(double seconds) {
 }
 
 void checkPathText(const std::string& path, const char* what) {
-  const size_t nul = path.find('\0');
-  TORCH_CHECK_VALUE(
-      nul == std::string::npos,
-      what,
-      " contains a NUL byte (at byte ",
-      nul,
-      "); a file name cannot hold one: remove it");
-  TORCH_CHECK_VALUE(
-      text::isValidUtf8(path),
-      what,
-      " is not valid UTF-8; pass the path as UTF-8 text (in Python, a str "
-      "or UTF-8 bytes)");
+  // A NUL would cut the path short in open(2); other invalid text could not
+  // be shown back to the user.
+  torch_monitor::detail::checkText(path, what);
 }
 
 } // namespace torch_monitor::sinks

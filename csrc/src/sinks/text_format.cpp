@@ -167,20 +167,6 @@ void forEachSorted(const Event& event, Fn&& fn) {
 
 } // namespace
 
-bool isValidUtf8(std::string_view s) noexcept {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t invalid = 0;
-    const size_t len = sequenceLength(p + i, s.size() - i, invalid);
-    if (len == 0) {
-      return false;
-    }
-    i += len;
-  }
-  return true;
-}
-
 void appendUtf8Repaired(std::string& out, std::string_view s) {
   appendText<false>(out, s);
 }

@@ -13,10 +13,6 @@
 
 namespace torch_monitor::sinks::text {
 
-// Whether `s` is well-formed UTF-8 (no overlong forms, no surrogates, nothing
-// above U+10FFFF).
-TORCH_MONITOR_API bool isValidUtf8(std::string_view s) noexcept;
-
 // Appends `s` with every ill-formed sequence replaced by U+FFFD, one per
 // maximal invalid subpart (the Unicode recommendation, and what Python's
 // bytes.decode("utf-8", "replace") does).
