@@ -15,15 +15,12 @@ Stat<T>::Stat(
     std::vector<Aggregation> aggregations,
     std::chrono::milliseconds windowSize,
     int64_t maxSamples)
-    : name_(std::move(name)),
-      aggregationList_(std::move(aggregations)),
-      aggregations_(aggregationList_),
+    : capped_(maxSamples != kUnlimitedSamples),
+      coarseClock_(coarseClockIsPreciseEnough(windowSize.count())),
+      aggregations_(aggregations),
       windowMs_(windowSize.count()),
-      maxSamples_(maxSamples),
-      capped_(maxSamples != kUnlimitedSamples),
-      clock_(
-          coarseClockIsPreciseEnough(windowMs_) ? ClockSource::COARSE
-                                                : ClockSource::PRECISE) {
+      name_(std::move(name)),
+      aggregationList_(aggregations) {
   // torch.monitor divides by the window (SIGFPE at the first add) when it is
   // under 1 ms and silently treats maxSamples < 1 as 1.
   TORCH_CHECK_VALUE(
@@ -35,13 +32,13 @@ Stat<T>::Stat(
       windowMs_,
       " ms");
   TORCH_CHECK_VALUE(
-      maxSamples_ >= 1,
+      maxSamples >= 1,
       "Stat '",
       name_,
       "': max_samples must be at least 1, got ",
-      maxSamples_);
-  for (Aggregation a : aggregations_.members()) {
-    eventKeys_.emplace_back(a, name_ + "." + aggregationName(a));
+      maxSamples);
+  if (capped_) {
+    state_.capped = new CappedWindow(maxSamples);
   }
   detail::ensureAsymmetricBarrier();
 }
@@ -51,7 +48,8 @@ Stat<T>::~Stat() {
   ClosedWindow closed;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    closed = closeLocked(capped_ ? current_ : harvest(/*reset=*/true));
+    closed = closeLocked(
+        capped_ ? state_.capped->current : harvest(/*reset=*/true));
   }
   try {
     emit(closed);
@@ -67,8 +65,13 @@ Stat<T>::~Stat() {
         name_,
         "' logged its last window on destruction");
   }
-  for (auto& shard : shards_) {
-    delete shard.load(std::memory_order_relaxed);
+  if (capped_) {
+    delete state_.capped;
+  } else if (ShardTable* table = state_.table.load(std::memory_order_relaxed)) {
+    for (auto& shard : table->shards) {
+      delete shard.load(std::memory_order_relaxed);
+    }
+    delete table;
   }
 }
 
@@ -88,22 +91,45 @@ void Stat<T>::addAfterRollOver(T v, int64_t now) {
 }
 
 template <typename T>
+typename Stat<T>::ShardTable& Stat<T>::tableLocked() {
+  ShardTable* table = state_.table.load(std::memory_order_relaxed);
+  if (table == nullptr) {
+    table = new ShardTable();
+    state_.table.store(table, std::memory_order_release);
+  }
+  return *table;
+}
+
+template <typename T>
 void Stat<T>::addToNewOrSharedShard(int slot, T v, int64_t now) {
   if (slot == detail::kOverflowSlot) {
     // Threads beyond kMaxThreadSlots share one shard; the mutex excludes both
     // them and the harvester, so no handshake is needed.
     std::lock_guard<std::mutex> guard(mutex_);
-    auto* shard = shards_[slot].load(std::memory_order_relaxed);
+    auto& overflow = tableLocked().shards[slot];
+    auto* shard = overflow.load(std::memory_order_relaxed);
     if (shard == nullptr) {
-      shard = new detail::ThreadShard<T>();
-      shards_[slot].store(shard, std::memory_order_release);
+      shard = new detail::CacheLineShard<T>();
+      overflow.store(shard, std::memory_order_release);
     }
     shard->acc.add(v, now);
     return;
   }
-  // Only the thread owning `slot` ever creates its shard.
-  auto* shard = new detail::ThreadShard<T>();
-  shards_[slot].store(shard, std::memory_order_release);
+  int16_t unowned = kNoSlot;
+  detail::ThreadShard<T>* shard = &firstShard_;
+  if (!firstSlot_.compare_exchange_strong(
+          unowned, int16_t(slot), std::memory_order_acq_rel)) {
+    // A later thread: a shard of its own in the table. Only the thread
+    // owning `slot` ever creates that shard.
+    ShardTable* table = state_.table.load(std::memory_order_acquire);
+    if (table == nullptr) {
+      std::lock_guard<std::mutex> guard(mutex_);
+      table = &tableLocked();
+    }
+    auto* own = new detail::CacheLineShard<T>();
+    table->shards[slot].store(own, std::memory_order_release);
+    shard = own;
+  }
   shard->enter();
   shard->acc.add(v, now);
   shard->leave();
@@ -117,21 +143,23 @@ void Stat<T>::addCapped(T v) {
   ClosedWindow closed[2];
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    const int64_t now = monotonicMs(clock_);
+    CappedWindow& w = *state_.capped;
+    const int64_t now = monotonicMs(
+        coarseClock_ ? ClockSource::COARSE : ClockSource::PRECISE);
     const int64_t windowId = windowIdAt(now);
     const auto closeCurrent = [&](ClosedWindow& out) {
-      out = closeLocked(current_);
-      current_ = detail::Accumulator<T>();
-      lastClosedWindowId_ = windowId_;
-      windowId_ = windowId;
+      out = closeLocked(w.current);
+      w.current = detail::Accumulator<T>();
+      w.lastClosedWindowId = w.windowId;
+      w.windowId = windowId;
     };
-    if ((windowId != windowId_ || current_.count >= maxSamples_) &&
-        lastClosedWindowId_ != windowId) {
+    if ((windowId != w.windowId || w.current.count >= w.maxSamples) &&
+        w.lastClosedWindowId != windowId) {
       closeCurrent(closed[0]);
     }
-    if (lastClosedWindowId_ != windowId) {
-      current_.add(v, now);
-      if (current_.count >= maxSamples_) {
+    if (w.lastClosedWindowId != windowId) {
+      w.current.add(v, now);
+      if (w.current.count >= w.maxSamples) {
         closeCurrent(closed[1]);
       }
     }
@@ -154,17 +182,27 @@ void Stat<T>::addCapped(T v) {
 
 template <typename T>
 detail::Accumulator<T> Stat<T>::harvest(bool reset) const {
-  detail::ThreadShard<T>* live[detail::kMaxThreadSlots + 1];
+  // At most the first shard and one per slot (the overflow one included).
+  detail::ThreadShard<T>* live[detail::kMaxThreadSlots + 2];
   int n = 0;
-  for (auto& slot : shards_) {
-    if (auto* shard = slot.load(std::memory_order_acquire)) {
-      shard->freeze();
-      live[n++] = shard;
+  // A shard that is claimed or created after this scan keeps its samples
+  // for the next harvest.
+  if (firstSlot_.load(std::memory_order_acquire) != kNoSlot) {
+    live[n++] = const_cast<detail::ThreadShard<T>*>(&firstShard_);
+  }
+  if (const ShardTable* table = state_.table.load(std::memory_order_acquire)) {
+    for (const auto& slot : table->shards) {
+      if (auto* shard = slot.load(std::memory_order_acquire)) {
+        live[n++] = shard;
+      }
     }
   }
   detail::Accumulator<T> total;
   if (n == 0) {
     return total;
+  }
+  for (int i = 0; i < n; ++i) {
+    live[i]->freeze();
   }
   detail::heavyBarrier();
   for (int i = 0; i < n; ++i) {
@@ -184,9 +222,11 @@ template <typename T>
 std::vector<std::pair<Aggregation, T>> Stat<T>::aggregatesOf(
     const detail::Accumulator<T>& window) const {
   std::vector<std::pair<Aggregation, T>> out;
-  out.reserve(eventKeys_.size());
-  for (const auto& entry : eventKeys_) {
-    const Aggregation aggregation = entry.first;
+  for (int i = 1; i < kNumAggregations; ++i) {
+    const auto aggregation = static_cast<Aggregation>(i);
+    if (!aggregations_.contains(aggregation)) {
+      continue;
+    }
     switch (aggregation) {
       case Aggregation::VALUE:
         out.emplace_back(aggregation, window.value);
@@ -223,8 +263,10 @@ void Stat<T>::emit(const ClosedWindow& closed) const {
   event.timestamp = std::chrono::system_clock::now();
   const auto aggregates = aggregatesOf(closed.values);
   event.data.reserve(aggregates.size());
-  for (size_t i = 0; i < aggregates.size(); ++i) {
-    event.data.emplace(eventKeys_[i].second, aggregates[i].second);
+  // The keys are built here, once per window, rather than kept in every
+  // stat: memory per stat matters more than a few string copies per window.
+  for (const auto& [aggregation, value] : aggregates) {
+    event.data.emplace(name_ + "." + aggregationName(aggregation), value);
   }
   logEvent(event);
 }
@@ -232,7 +274,8 @@ void Stat<T>::emit(const ClosedWindow& closed) const {
 template <typename T>
 int64_t Stat<T>::count() const {
   std::lock_guard<std::mutex> guard(mutex_);
-  return capped_ ? current_.count : harvest(/*reset=*/false).count;
+  return capped_ ? state_.capped->current.count
+                 : harvest(/*reset=*/false).count;
 }
 
 template <typename T>
@@ -254,6 +297,11 @@ std::chrono::milliseconds windowFromSeconds(double seconds) {
       " s");
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
+
+// Memory per stat is a target of the project (at most 1.5x torch::monitor's
+// from Python, where the TorchScript holder and the Python object come on
+// top); a new field must fit in this budget or be created lazily.
+static_assert(sizeof(Stat<double>) <= 216 && sizeof(Stat<int64_t>) <= 216);
 
 template class Stat<double>;
 template class Stat<int64_t>;
