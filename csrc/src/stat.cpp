@@ -16,7 +16,10 @@ Stat<T>::Stat(
     std::chrono::milliseconds windowSize,
     int64_t maxSamples)
     : capped_(maxSamples != kUnlimitedSamples),
-      coarseClock_(coarseClockIsPreciseEnough(windowSize.count())),
+      clock_(
+          coarseClockIsPreciseEnough(windowSize.count())
+              ? ClockSource::COARSE
+              : ClockSource::PRECISE),
       aggregations_(aggregations),
       windowMs_(windowSize.count()),
       name_(std::move(name)),
@@ -144,8 +147,7 @@ void Stat<T>::addCapped(T v) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     CappedWindow& w = *state_.capped;
-    const int64_t now = monotonicMs(
-        coarseClock_ ? ClockSource::COARSE : ClockSource::PRECISE);
+    const int64_t now = monotonicMs(clock_);
     const int64_t windowId = windowIdAt(now);
     const auto closeCurrent = [&](ClosedWindow& out) {
       out = closeLocked(w.current);

@@ -74,8 +74,7 @@ class TORCH_MONITOR_API Stat {
       addCapped(v);
       return;
     }
-    const int64_t now = monotonicMs(
-        coarseClock_ ? ClockSource::COARSE : ClockSource::PRECISE);
+    const int64_t now = monotonicMs(clock_);
     if (__builtin_expect(
             now >= windowEndMs_.load(std::memory_order_acquire), 0)) {
       addAfterRollOver(v, now);
@@ -179,7 +178,7 @@ class TORCH_MONITOR_API Stat {
   // add. The overflow slot never owns it.
   std::atomic<int16_t> firstSlot_{kNoSlot};
   const bool capped_;
-  const bool coarseClock_;
+  const ClockSource clock_;
   const AggregationSet aggregations_;
   // The mode (capped_) never changes, so its state shares one pointer.
   union ModeState {
