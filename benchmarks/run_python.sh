@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the Python benchmarks: torch_monitor against PyTorch's own
 # torch.monitor in one process, repetitions interleaved, and prints a table of
-# medians, ratios and the targets of the performance spec. Works from any cwd;
+# medians, ratios and the targets of the performance spec; then the memory per
+# live Stat (bench_memory.py, fresh child processes). Works from any cwd;
 # uses the installed torch_monitor (pip install --no-build-isolation <repo>).
 #
 # Usage: benchmarks/run_python.sh [--reps N] [--min-time SECONDS]
@@ -14,4 +15,6 @@ PYTHON="${PYTHON:-python}"
 # Run from outside the repository, so `import torch_monitor` finds the
 # installed package (with its built library) rather than the source folder.
 cd /
-exec "$PYTHON" "$ROOT/benchmarks/python/bench_python.py" "$@"
+"$PYTHON" "$ROOT/benchmarks/python/bench_python.py" "$@"
+echo
+"$PYTHON" "$ROOT/benchmarks/python/bench_memory.py"

@@ -1,8 +1,10 @@
 #include <torch_monitor/event_handler.h>
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include <pthread.h>
@@ -10,19 +12,45 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/detail/text.h>
+#include <torch_monitor/detail/thread_shard.h>
 
 namespace torch_monitor {
 namespace {
 
 using HandlerList = std::vector<std::shared_ptr<EventHandler>>;
 
-// Copy-on-write: logEvent takes a snapshot under the lock and calls handlers
-// after releasing it, so handlers may re-enter the registry freely.
+// Copy-on-write: an edit publishes a new list; logEvent calls the handlers of
+// the list it found, outside every lock, so handlers may re-enter the
+// registry freely.
+//
+// logEvent does no atomic read-modify-write (torch::monitor's takes a mutex;
+// copying a shared_ptr to the list would cost two atomic increments): a
+// reader marks the list it is calling in a per-thread slot, re-checks that it
+// is still the published one, and clears the mark when done. An edit keeps
+// every replaced list that some mark names ("retired") and releases the
+// others; the last reader of a retired list releases it on its way out. Mark
+// and re-check on one side, publish and scan on the other, are the
+// asymmetric Dekker handshake of Stat::add (detail/thread_shard.h): a
+// compiler barrier for the reader, membarrier(2) for the editor.
+//
+// Nesting levels per thread on that path (a handler that logs uses the next
+// level); deeper calls, and threads without a slot, copy a reference to the
+// list under the lock instead.
+constexpr int kMaxNesting = 4;
+
+// Written only by the thread owning the slot; a cache line per slot.
+struct alignas(64) ReaderMarks {
+  std::atomic<const HandlerList*> reading[kMaxNesting] = {};
+};
+
 struct Registry {
-  std::mutex mutex;
-  std::shared_ptr<const HandlerList> handlers =
+  std::mutex mutex; // serialises edits and guards `current` and `retired`
+  std::shared_ptr<const HandlerList> current =
       std::make_shared<const HandlerList>();
+  std::atomic<const HandlerList*> published{current.get()};
   std::atomic<bool> empty{true};
+  std::vector<std::shared_ptr<const HandlerList>> retired;
+  ReaderMarks readers[detail::kMaxThreadSlots];
 };
 
 // Never destroyed: Stats destroyed during static destruction still log.
@@ -41,18 +69,128 @@ Registry& registry() {
   return *instance;
 }
 
+// Moves out the retired lists that no reader marks (callers hold the mutex;
+// the caller releases them after unlocking, since releasing a handler may run
+// arbitrary code).
+std::vector<std::shared_ptr<const HandlerList>> takeUnmarkedLocked(
+    Registry& r) {
+  std::vector<std::shared_ptr<const HandlerList>> out;
+  if (r.retired.empty()) {
+    return out;
+  }
+  std::vector<const HandlerList*> marked;
+  for (const ReaderMarks& marks : r.readers) {
+    for (const auto& mark : marks.reading) {
+      if (const HandlerList* list = mark.load(std::memory_order_acquire)) {
+        marked.push_back(list);
+      }
+    }
+  }
+  auto unmarked = std::stable_partition(
+      r.retired.begin(), r.retired.end(), [&](const auto& list) {
+        return std::find(marked.begin(), marked.end(), list.get()) !=
+            marked.end();
+      });
+  out.assign(
+      std::make_move_iterator(unmarked),
+      std::make_move_iterator(r.retired.end()));
+  r.retired.erase(unmarked, r.retired.end());
+  return out;
+}
+
 template <typename Edit>
 void editHandlers(Edit edit) {
+  detail::ensureAsymmetricBarrier();
   Registry& r = registry();
-  std::shared_ptr<const HandlerList> old;
+  std::vector<std::shared_ptr<const HandlerList>> released;
   {
     std::lock_guard<std::mutex> guard(r.mutex);
-    auto next = std::make_shared<HandlerList>(*r.handlers);
+    auto next = std::make_shared<HandlerList>(*r.current);
     edit(*next);
+    r.published.store(next.get(), std::memory_order_release);
     r.empty.store(next->empty(), std::memory_order_release);
-    old = std::exchange(r.handlers, std::move(next));
+    r.retired.push_back(std::exchange(r.current, std::move(next)));
+    // From here on, a reader either has its mark on a replaced list visible
+    // to the scan, or finds the new list when it re-checks.
+    detail::heavyBarrier();
+    released = takeUnmarkedLocked(r);
   }
-  // `old` (and maybe a handler) is released here, outside the lock.
+  // Replaced lists (and maybe handlers) are released here, outside the lock.
+}
+
+// Calls every handler; returns the first exception.
+std::exception_ptr callHandlers(const HandlerList& list, const Event& event) {
+  std::exception_ptr first;
+  for (const auto& handler : list) {
+    try {
+      handler->handle(event);
+    } catch (...) {
+      if (!first) {
+        first = std::current_exception();
+      }
+    }
+  }
+  return first;
+}
+
+// The free mark of the calling thread, or nullptr (no slot, or too deep).
+std::atomic<const HandlerList*>* freeMark(Registry& r) {
+  const int slot = detail::threadSlot();
+  if (slot == detail::kOverflowSlot) {
+    return nullptr;
+  }
+  for (auto& mark : r.readers[slot].reading) {
+    if (mark.load(std::memory_order_relaxed) == nullptr) {
+      return &mark;
+    }
+  }
+  return nullptr;
+}
+
+std::exception_ptr logWithReference(Registry& r, const Event& event) {
+  std::shared_ptr<const HandlerList> snapshot;
+  {
+    std::lock_guard<std::mutex> guard(r.mutex);
+    snapshot = r.current;
+  }
+  return callHandlers(*snapshot, event);
+}
+
+// logEvent once a handler is registered; apart, so that the check for none
+// stays a few instructions.
+__attribute__((noinline)) void logToHandlers(Registry& r, const Event& event) {
+  std::atomic<const HandlerList*>* mark = freeMark(r);
+  if (__builtin_expect(mark == nullptr, 0)) {
+    if (std::exception_ptr e = logWithReference(r, event)) {
+      std::rethrow_exception(e);
+    }
+    return;
+  }
+  const HandlerList* list = r.published.load(std::memory_order_acquire);
+  for (;;) {
+    mark->store(list, std::memory_order_release);
+    detail::lightBarrier();
+    const HandlerList* again = r.published.load(std::memory_order_acquire);
+    if (again == list) {
+      break;
+    }
+    list = again;
+  }
+  const std::exception_ptr first = callHandlers(*list, event);
+  mark->store(nullptr, std::memory_order_release);
+  detail::lightBarrier();
+  if (__builtin_expect(
+          list != r.published.load(std::memory_order_relaxed), 0)) {
+    // The list was replaced meanwhile; an edit may have kept it for us.
+    std::vector<std::shared_ptr<const HandlerList>> released;
+    {
+      std::lock_guard<std::mutex> guard(r.mutex);
+      released = takeUnmarkedLocked(r);
+    }
+  }
+  if (first) {
+    std::rethrow_exception(first);
+  }
 }
 
 } // namespace
@@ -77,27 +215,13 @@ void logEvent(const Event& event) {
 
 void detail::dispatchEvent(const Event& event) {
   Registry& r = registry();
-  if (r.empty.load(std::memory_order_acquire)) {
-    return;
+  if (!r.empty.load(std::memory_order_acquire)) {
+    logToHandlers(r, event);
   }
-  std::shared_ptr<const HandlerList> snapshot;
-  {
-    std::lock_guard<std::mutex> guard(r.mutex);
-    snapshot = r.handlers;
-  }
-  std::exception_ptr first;
-  for (const auto& handler : *snapshot) {
-    try {
-      handler->handle(event);
-    } catch (...) {
-      if (!first) {
-        first = std::current_exception();
-      }
-    }
-  }
-  if (first) {
-    std::rethrow_exception(first);
-  }
+}
+
+bool hasEventHandlers() noexcept {
+  return !registry().empty.load(std::memory_order_acquire);
 }
 
 void registerEventHandler(std::shared_ptr<EventHandler> handler) {

@@ -16,15 +16,15 @@ Stat<T>::Stat(
     std::vector<Aggregation> aggregations,
     std::chrono::milliseconds windowSize,
     int64_t maxSamples)
-    : name_(std::move(name)),
-      aggregationList_(std::move(aggregations)),
-      aggregations_(aggregationList_),
-      windowMs_(windowSize.count()),
-      maxSamples_(maxSamples),
-      capped_(maxSamples != kUnlimitedSamples),
+    : capped_(maxSamples != kUnlimitedSamples),
       clock_(
-          coarseClockIsPreciseEnough(windowMs_) ? ClockSource::COARSE
-                                                : ClockSource::PRECISE) {
+          coarseClockIsPreciseEnough(windowSize.count())
+              ? ClockSource::COARSE
+              : ClockSource::PRECISE),
+      aggregations_(aggregations),
+      windowMs_(windowSize.count()),
+      name_(std::move(name)),
+      aggregationList_(aggregations) {
   detail::checkText(name_, "Stat name");
   // torch.monitor divides by the window (SIGFPE at the first add) when it is
   // under 1 ms and silently treats maxSamples < 1 as 1.
@@ -46,13 +46,13 @@ Stat<T>::Stat(
       windowMs_,
       " ms");
   TORCH_CHECK_VALUE(
-      maxSamples_ >= 1,
+      maxSamples >= 1,
       "Stat '",
       name_,
       "': max_samples must be at least 1, got ",
-      maxSamples_);
-  for (Aggregation a : aggregations_.members()) {
-    eventKeys_.emplace_back(a, name_ + "." + aggregationName(a));
+      maxSamples);
+  if (capped_) {
+    state_.capped = new CappedWindow(maxSamples);
   }
   detail::ensureAsymmetricBarrier();
   track(); // last: the registry may call in from now on
@@ -77,8 +77,13 @@ Stat<T>::~Stat() {
         name_,
         "' logged its last window on destruction");
   }
-  for (auto& shard : shards_) {
-    delete shard.load(std::memory_order_relaxed);
+  if (capped_) {
+    delete state_.capped;
+  } else if (ShardTable* table = state_.table.load(std::memory_order_relaxed)) {
+    for (auto& shard : table->shards) {
+      delete shard.load(std::memory_order_relaxed);
+    }
+    delete table;
   }
 }
 
@@ -98,22 +103,45 @@ void Stat<T>::addAfterRollOver(T v, int64_t now) {
 }
 
 template <typename T>
+typename Stat<T>::ShardTable& Stat<T>::tableLocked() {
+  ShardTable* table = state_.table.load(std::memory_order_relaxed);
+  if (table == nullptr) {
+    table = new ShardTable();
+    state_.table.store(table, std::memory_order_release);
+  }
+  return *table;
+}
+
+template <typename T>
 void Stat<T>::addToNewOrSharedShard(int slot, T v, int64_t now) {
   if (slot == detail::kOverflowSlot) {
     // Threads beyond kMaxThreadSlots share one shard; the mutex excludes both
     // them and the harvester, so no handshake is needed.
     std::lock_guard<std::mutex> guard(mutex_);
-    auto* shard = shards_[slot].load(std::memory_order_relaxed);
+    auto& overflow = tableLocked().shards[slot];
+    auto* shard = overflow.load(std::memory_order_relaxed);
     if (shard == nullptr) {
-      shard = new detail::ThreadShard<T>();
-      shards_[slot].store(shard, std::memory_order_release);
+      shard = new detail::CacheLineShard<T>();
+      overflow.store(shard, std::memory_order_release);
     }
     shard->acc.add(v, now);
     return;
   }
-  // Only the thread owning `slot` ever creates its shard.
-  auto* shard = new detail::ThreadShard<T>();
-  shards_[slot].store(shard, std::memory_order_release);
+  int16_t unowned = kNoSlot;
+  detail::ThreadShard<T>* shard = &firstShard_;
+  if (!firstSlot_.compare_exchange_strong(
+          unowned, int16_t(slot), std::memory_order_acq_rel)) {
+    // A later thread: a shard of its own in the table. Only the thread
+    // owning `slot` ever creates that shard.
+    ShardTable* table = state_.table.load(std::memory_order_acquire);
+    if (table == nullptr) {
+      std::lock_guard<std::mutex> guard(mutex_);
+      table = &tableLocked();
+    }
+    auto* own = new detail::CacheLineShard<T>();
+    table->shards[slot].store(own, std::memory_order_release);
+    shard = own;
+  }
   shard->enter();
   shard->acc.add(v, now);
   shard->leave();
@@ -127,21 +155,22 @@ void Stat<T>::addCapped(T v) {
   ClosedWindow closed[2];
   {
     std::lock_guard<std::mutex> guard(mutex_);
+    CappedWindow& w = *state_.capped;
     const int64_t now = monotonicMs(clock_);
     const int64_t windowId = windowIdAt(now);
     const auto closeCurrent = [&](ClosedWindow& out) {
-      out = closeLocked(current_);
-      current_ = detail::Accumulator<T>();
-      lastClosedWindowId_ = windowId_;
-      windowId_ = windowId;
+      out = closeLocked(w.current);
+      w.current = detail::Accumulator<T>();
+      w.lastClosedWindowId = w.windowId;
+      w.windowId = windowId;
     };
-    if ((windowId != windowId_ || current_.count >= maxSamples_) &&
-        lastClosedWindowId_ != windowId) {
+    if ((windowId != w.windowId || w.current.count >= w.maxSamples) &&
+        w.lastClosedWindowId != windowId) {
       closeCurrent(closed[0]);
     }
-    if (lastClosedWindowId_ != windowId) {
-      current_.add(v, now);
-      if (current_.count >= maxSamples_) {
+    if (w.lastClosedWindowId != windowId) {
+      w.current.add(v, now);
+      if (w.current.count >= w.maxSamples) {
         closeCurrent(closed[1]);
       }
     }
@@ -164,17 +193,27 @@ void Stat<T>::addCapped(T v) {
 
 template <typename T>
 detail::Accumulator<T> Stat<T>::harvest(bool reset) const {
-  detail::ThreadShard<T>* live[detail::kMaxThreadSlots + 1];
+  // At most the first shard and one per slot (the overflow one included).
+  detail::ThreadShard<T>* live[detail::kMaxThreadSlots + 2];
   int n = 0;
-  for (auto& slot : shards_) {
-    if (auto* shard = slot.load(std::memory_order_acquire)) {
-      shard->freeze();
-      live[n++] = shard;
+  // A shard that is claimed or created after this scan keeps its samples
+  // for the next harvest.
+  if (firstSlot_.load(std::memory_order_acquire) != kNoSlot) {
+    live[n++] = const_cast<detail::ThreadShard<T>*>(&firstShard_);
+  }
+  if (const ShardTable* table = state_.table.load(std::memory_order_acquire)) {
+    for (const auto& slot : table->shards) {
+      if (auto* shard = slot.load(std::memory_order_acquire)) {
+        live[n++] = shard;
+      }
     }
   }
   detail::Accumulator<T> total;
   if (n == 0) {
     return total;
+  }
+  for (int i = 0; i < n; ++i) {
+    live[i]->freeze();
   }
   detail::heavyBarrier();
   for (int i = 0; i < n; ++i) {
@@ -194,9 +233,11 @@ template <typename T>
 std::vector<std::pair<Aggregation, T>> Stat<T>::aggregatesOf(
     const detail::Accumulator<T>& window) const {
   std::vector<std::pair<Aggregation, T>> out;
-  out.reserve(eventKeys_.size());
-  for (const auto& entry : eventKeys_) {
-    const Aggregation aggregation = entry.first;
+  for (int i = 1; i < kNumAggregations; ++i) {
+    const auto aggregation = static_cast<Aggregation>(i);
+    if (!aggregations_.contains(aggregation)) {
+      continue;
+    }
     switch (aggregation) {
       case Aggregation::VALUE:
         out.emplace_back(aggregation, window.value);
@@ -233,8 +274,10 @@ std::optional<Event> Stat<T>::eventOf(const ClosedWindow& closed) const {
   event.timestamp = std::chrono::system_clock::now();
   const auto aggregates = aggregatesOf(closed.values);
   event.data.reserve(aggregates.size());
-  for (size_t i = 0; i < aggregates.size(); ++i) {
-    event.data.emplace(eventKeys_[i].second, aggregates[i].second);
+  // The keys are built here, once per window, rather than kept in every
+  // stat: memory per stat matters more than a few string copies per window.
+  for (const auto& [aggregation, value] : aggregates) {
+    event.data.emplace(name_ + "." + aggregationName(aggregation), value);
   }
   return event;
 }
@@ -252,8 +295,8 @@ std::optional<Event> Stat<T>::closeOpenWindow() {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (capped_) {
-      closed = closeLocked(current_);
-      current_ = detail::Accumulator<T>();
+      closed = closeLocked(state_.capped->current);
+      state_.capped->current = detail::Accumulator<T>();
     } else {
       closed = closeLocked(harvest(/*reset=*/true));
     }
@@ -268,21 +311,31 @@ void Stat<T>::resetAfterForkInChild() {
   // forever (a harvest would spin on it) and may hold a torn update; the
   // samples of the open window are the parent's to log. So every shard and
   // the capped window start empty; the last closed window (get()) stays.
-  for (auto& slot : shards_) {
-    if (auto* shard = slot.load(std::memory_order_relaxed)) {
-      shard->busy.store(0, std::memory_order_relaxed);
-      shard->frozen.store(0, std::memory_order_relaxed);
-      shard->acc = detail::Accumulator<T>();
+  const auto reset = [](detail::ThreadShard<T>& shard) {
+    shard.busy.store(0, std::memory_order_relaxed);
+    shard.frozen.store(0, std::memory_order_relaxed);
+    shard.acc = detail::Accumulator<T>();
+  };
+  if (capped_) {
+    state_.capped->current = detail::Accumulator<T>();
+  } else {
+    reset(firstShard_);
+    if (ShardTable* table = state_.table.load(std::memory_order_relaxed)) {
+      for (auto& slot : table->shards) {
+        if (auto* shard = slot.load(std::memory_order_relaxed)) {
+          reset(*shard);
+        }
+      }
     }
   }
-  current_ = detail::Accumulator<T>();
   mutex_.unlock();
 }
 
 template <typename T>
 int64_t Stat<T>::count() const {
   std::lock_guard<std::mutex> guard(mutex_);
-  return capped_ ? current_.count : harvest(/*reset=*/false).count;
+  return capped_ ? state_.capped->current.count
+                 : harvest(/*reset=*/false).count;
 }
 
 template <typename T>
@@ -309,6 +362,12 @@ std::chrono::milliseconds windowFromSeconds(double seconds) {
       " s");
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
+
+// Memory per stat is a target of the project (at most 1.5x torch::monitor's
+// from Python, where the TorchScript holder and the Python object come on
+// top); a new field must fit in this budget or be created lazily. 216 bytes
+// are the stat itself, 32 its links in the live-stat registry (exit, fork).
+static_assert(sizeof(Stat<double>) <= 248 && sizeof(Stat<int64_t>) <= 248);
 
 template class Stat<double>;
 template class Stat<int64_t>;

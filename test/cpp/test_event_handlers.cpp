@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -27,6 +28,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::FunctionHandler;
+using test::Latch;
 using test::RecordingHandler;
 using test::ScopedHandler;
 using test::ScopedRecorder;
@@ -636,6 +638,180 @@ TEST_F(HandlerTest, ConcurrentLogAndRegistration) {
     EXPECT_FALSE(seen[n]) << "event " << n << " delivered twice";
     seen[n] = true;
   }
+}
+
+// ---------------------------------------------------------------------------
+// The lock-free read path: a logEvent marks the list it calls; an edit keeps
+// a replaced list while marked, and the last reader releases it.
+
+// A handler that blocks until told to go on, to hold a logEvent in progress.
+class GateHandler : public EventHandler {
+ public:
+  void handle(const Event& e) override {
+    if (e.name != "gated") {
+      return;
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    entered_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return open_; });
+  }
+  void waitUntilEntered() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return entered_; });
+  }
+  void open() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool entered_ = false;
+  bool open_ = false;
+};
+
+TEST_F(HandlerTest, ReplacedListIsReleasedByItsLastReader) {
+  auto gate = std::make_shared<GateHandler>();
+  ScopedHandler rg(gate);
+  std::weak_ptr<RecordingHandler> weak;
+  {
+    auto victim = std::make_shared<RecordingHandler>();
+    weak = victim;
+    registerEventHandler(victim);
+  }
+  std::thread reader([] { logEvent(makeEvent("gated")); });
+  gate->waitUntilEntered();
+  // The reader is inside the list that holds the victim.
+  unregisterEventHandler(weak.lock());
+  EXPECT_FALSE(weak.expired()) << "released while a logEvent still calls it";
+  gate->open();
+  reader.join();
+  // The reader called the victim (its list predates the unregistration),
+  // then released the list on its way out: nothing else holds the victim.
+  EXPECT_TRUE(weak.expired()) << "the replaced list outlived its last reader";
+}
+
+TEST_F(HandlerTest, UnregisteredHandlerIsNotCalledByALaterLogOnAnotherThread) {
+  auto h = std::make_shared<RecordingHandler>();
+  registerEventHandler(h);
+  std::mutex m;
+  std::condition_variable cv;
+  int phase = 0; // 1: logged once; 2: unregistered
+  std::thread logger([&] {
+    logEvent(makeEvent("before"));
+    {
+      std::unique_lock<std::mutex> lock(m);
+      phase = 1;
+      cv.notify_all();
+      cv.wait(lock, [&] { return phase == 2; });
+    }
+    logEvent(makeEvent("after"));
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return phase == 1; });
+  }
+  unregisterEventHandler(h);
+  {
+    std::lock_guard<std::mutex> guard(m);
+    phase = 2;
+    cv.notify_all();
+  }
+  logger.join();
+  EXPECT_EQ(h->eventsNamed("before").size(), 1u);
+  EXPECT_EQ(h->eventsNamed("after").size(), 0u);
+}
+
+// Deeper than the per-thread marks go: the deepest calls take the fallback.
+TEST_F(HandlerTest, DeeplyNestedLogsReachEveryHandler) {
+  constexpr int kDepth = 12;
+  std::atomic<int> calls{0};
+  auto nester = std::make_shared<FunctionHandler>([&](const Event& e) {
+    ++calls;
+    const int64_t n = std::get<int64_t>(e.data.at("n"));
+    if (n + 1 < kDepth) {
+      logEvent(makeEvent("nested", n + 1));
+    }
+  });
+  ScopedRecorder recorder;
+  ScopedHandler rn(nester);
+  logEvent(makeEvent("nested", 0));
+  EXPECT_EQ(calls.load(), kDepth);
+  EXPECT_EQ(recorder->eventsNamed("nested").size(), size_t(kDepth));
+  // Every mark was cleared: an unregistration releases the handler at once.
+  std::weak_ptr<FunctionHandler> weak = nester;
+  rn.release();
+  nester.reset();
+  EXPECT_TRUE(weak.expired());
+}
+
+// More live logging threads than thread slots: the surplus takes the
+// fallback path; every event still reaches the handler once.
+TEST_F(HandlerTest, ThreadsBeyondTheSlotsStillLog) {
+  constexpr int kThreads = detail::kMaxThreadSlots + 8;
+  ScopedRecorder recorder;
+  Latch allStarted(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      logEvent(makeEvent("slot", t)); // takes a slot while all are alive
+      allStarted.arriveAndWait();
+      logEvent(makeEvent("slot", kThreads + t));
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  const auto events = recorder->eventsNamed("slot");
+  ASSERT_EQ(events.size(), size_t(2 * kThreads));
+  std::vector<bool> seen(2 * kThreads, false);
+  for (const Event& e : events) {
+    const int64_t n = std::get<int64_t>(e.data.at("n"));
+    ASSERT_FALSE(seen.at(n)) << "event " << n << " delivered twice";
+    seen[n] = true;
+  }
+}
+
+// Handlers come and go while threads log: afterwards nothing but the
+// registry's current list is kept, so every churned handler is released.
+TEST_F(HandlerTest, NoReplacedListOutlivesConcurrentReaders) {
+  ScopedRecorder permanent;
+  constexpr int kLoggers = 3;
+  constexpr int kEvents = 20000;
+  std::vector<std::weak_ptr<RecordingHandler>> churned;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> loggers;
+  for (int t = 0; t < kLoggers; ++t) {
+    loggers.emplace_back([t] {
+      for (int i = 0; i < kEvents; ++i) {
+        logEvent(makeEvent("churn", t * kEvents + i));
+      }
+    });
+  }
+  std::thread churner([&] {
+    while (!stop.load()) {
+      auto h = std::make_shared<RecordingHandler>();
+      churned.push_back(h);
+      registerEventHandler(h);
+      unregisterEventHandler(h);
+    }
+  });
+  for (auto& t : loggers) {
+    t.join();
+  }
+  stop = true;
+  churner.join();
+  EXPECT_EQ(
+      permanent->eventsNamed("churn").size(), size_t(kLoggers * kEvents));
+  ASSERT_FALSE(churned.empty());
+  size_t alive = 0;
+  for (const auto& weak : churned) {
+    alive += !weak.expired();
+  }
+  EXPECT_EQ(alive, 0u) << "of " << churned.size() << " churned handlers";
 }
 
 } // namespace

@@ -171,6 +171,27 @@ TYPED_TEST(StatTest, Accessors) {
   EXPECT_EQ(capped.windowSize(), 7ms);
 }
 
+// A stat keeps its list packed in a word up to 21 entries and on the heap
+// beyond: both forms give the list back as given.
+TEST(StatAggregationList, ShortLongAndEmptyListsComeBackAsGiven) {
+  const std::vector<Aggregation> all = {
+      Aggregation::VALUE,
+      Aggregation::MEAN,
+      Aggregation::COUNT,
+      Aggregation::SUM,
+      Aggregation::MAX,
+      Aggregation::MIN};
+  for (size_t n : {size_t(0), size_t(1), size_t(6), size_t(20), size_t(21),
+                   size_t(22), size_t(100)}) {
+    std::vector<Aggregation> list;
+    for (size_t i = 0; i < n; ++i) {
+      list.push_back(all[(i * 5) % all.size()]);
+    }
+    Stat<double> s("list", list, 100ms);
+    EXPECT_EQ(s.aggregations(), list) << n << " entries";
+  }
+}
+
 TEST(WindowFromSeconds, TruncatesToWholeMilliseconds) {
   EXPECT_EQ(windowFromSeconds(2.0), 2000ms);
   EXPECT_EQ(windowFromSeconds(0.5), 500ms);

@@ -445,6 +445,91 @@ TEST_F(StatConcurrency, OverflowShardAndSlotReuse) {
   EXPECT_EQ(t.sum, totalSum.load());
 }
 
+// The first thread to add keeps its shard inside the stat; the next ones
+// claim shards in a table created when the second one adds. Fresh stats, so
+// that the claim, the table's creation and the first shard creations race
+// with each other and with a window close (a thread that ticks the clock)
+// and with count() (a harvest).
+TEST_F(StatConcurrency, FirstAddsOfSeveralThreadsRaceExactly) {
+  constexpr int kThreads = 3; // one claims the inner shard, two race on
+  constexpr int kRounds = 500; // the table
+  constexpr int64_t kSamples = 64;
+  const std::string name = "fresh";
+  int64_t expectedCount = 0, expectedSum = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    std::optional<Stat<int64_t>> s;
+    s.emplace(name, std::vector<Aggregation>{SUM, COUNT}, 2ms);
+    SharedClock shared(clock);
+    // Spinning at the start line (for a while, then yielding: there may be
+    // fewer cores), so that the threads really make their first adds at the
+    // same time when cores allow.
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        ++ready;
+        for (int spins = 0; ready.load() < kThreads; ++spins) {
+          if (spins < 20000) {
+            detail::cpuRelax();
+          } else {
+            std::this_thread::yield();
+          }
+        }
+        for (int64_t i = 0; i < kSamples; ++i) {
+          s->add(t + 1);
+          if (t == round % kThreads && i == kSamples / 2) {
+            shared.tick(); // a close while the others are still starting
+          }
+        }
+      });
+    }
+    EXPECT_GE(s->count(), 0); // a harvest while shards appear
+    for (auto& th : threads) {
+      th.join();
+    }
+    s.reset();
+    expectedCount += kThreads * kSamples;
+    expectedSum += kSamples * kThreads * (kThreads + 1) / 2;
+  }
+  const Tally t = tally(recorder->statEvents(), name, false);
+  EXPECT_EQ(t.count, expectedCount);
+  EXPECT_EQ(t.sum, expectedSum);
+}
+
+// Pairs of threads that add one pair after the other (so a later thread may
+// reuse the slot of an exited one, and with it the shard inside the stat)
+// lose nothing.
+TEST_F(StatConcurrency, SuccessiveThreadsShareNothingAndLoseNothing) {
+  constexpr int kThreads = 20;
+  constexpr int64_t kSamples = 5000;
+  const std::string name = "successive";
+  std::optional<Stat<int64_t>> s;
+  s.emplace(name, std::vector<Aggregation>{SUM, COUNT}, 2ms);
+  SharedClock shared(clock);
+  for (int t = 0; t < kThreads; ++t) {
+    // Two at a time: one may inherit the first shard's slot, the other not.
+    std::thread a([&] {
+      for (int64_t i = 0; i < kSamples; ++i) {
+        s->add(1);
+      }
+    });
+    std::thread b([&] {
+      for (int64_t i = 0; i < kSamples; ++i) {
+        s->add(2);
+        if (i % 1000 == 999) {
+          shared.tick();
+        }
+      }
+    });
+    a.join();
+    b.join();
+  }
+  s.reset();
+  const Tally t = tally(recorder->statEvents(), name, false);
+  EXPECT_EQ(t.count, 2 * kThreads * kSamples);
+  EXPECT_EQ(t.sum, 3 * kThreads * kSamples);
+}
+
 // Finite max_samples (the mutex path) under contention with a moving clock:
 // no window ever holds more than max_samples.
 TEST_F(StatConcurrency, CappedNeverExceedsMaxSamples) {

@@ -180,6 +180,42 @@ def test_register_rejects_non_callables():
         tm.register_event_handler(42)
 
 
+def test_log_event_checks_its_argument(events):
+    now = datetime.datetime.now()
+    with pytest.raises(TypeError, match="log_event expects a torch_monitor.Event, got str"):
+        tm.log_event("not an event")
+    with pytest.raises(TypeError, match="exactly one argument"):
+        tm.log_event()
+    with pytest.raises(TypeError, match="exactly one argument"):
+        tm.log_event(tm.Event("a", now, {}), tm.Event("b", now, {}))
+    with pytest.raises(TypeError, match="exactly one argument"):
+        tm.log_event(evnt=tm.Event("a", now, {}))
+    with pytest.raises(TypeError, match="__init__ was not called"):
+        tm.log_event(tm.Event.__new__(tm.Event))
+    assert events == []
+
+
+def test_log_event_without_handlers_still_checks_its_argument():
+    # The no-handler shortcut comes after the type check.
+    with pytest.raises(TypeError, match="log_event expects a torch_monitor.Event, got int"):
+        tm.log_event(1)
+    with pytest.raises(TypeError, match="__init__ was not called"):
+        tm.log_event(tm.Event.__new__(tm.Event))
+    tm.log_event(tm.Event("nobody listens", datetime.datetime.now(), {}))
+
+
+def test_log_event_keyword_and_subclass(events):
+    class Tagged(tm.Event):
+        pass
+
+    now = datetime.datetime.now()
+    tm.log_event(event=tm.Event("by keyword", now, {"k": 1}))
+    tagged = Tagged("subclass", now, {})
+    tm.log_event(tagged)
+    assert [e.name for e in events] == ["by keyword", "subclass"]
+    assert events[1] is tagged, "handlers get the caller's own object"
+
+
 def test_event_handler_handle_cannot_be_constructed():
     with pytest.raises(TypeError):
         tm.EventHandlerHandle()

@@ -12,7 +12,7 @@ namespace torch_monitor {
 // Which monotonic clock a Stat reads. COARSE (CLOCK_MONOTONIC_COARSE, ~3 ns)
 // lags the precise clock (~25 ns) by at most one kernel tick, so it is used
 // only for windows much longer than a tick (see coarseClockIsPreciseEnough).
-enum class ClockSource { PRECISE, COARSE };
+enum class ClockSource : uint8_t { PRECISE, COARSE }; // one byte in a Stat
 
 namespace detail {
 inline constexpr int64_t kNoFakeClock = std::numeric_limits<int64_t>::min();

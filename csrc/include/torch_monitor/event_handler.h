@@ -30,6 +30,11 @@ TORCH_MONITOR_API void logEvent(const Event& event);
 // them to Python, JSON or C string APIs.
 TORCH_MONITOR_API void checkEvent(const Event& event);
 
+// True when at least one handler is registered, so a caller can skip
+// building an event that nobody would receive. A registration racing with
+// the call may or may not be seen.
+TORCH_MONITOR_API bool hasEventHandlers() noexcept;
+
 // Adds a handler; registering the same handler twice makes it run twice.
 TORCH_MONITOR_API void registerEventHandler(
     std::shared_ptr<EventHandler> handler);

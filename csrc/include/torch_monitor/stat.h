@@ -14,6 +14,7 @@
 
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/clock.h>
+#include <torch_monitor/detail/aggregation_list.h>
 #include <torch_monitor/detail/accumulator.h>
 #include <torch_monitor/detail/live_stats.h>
 #include <torch_monitor/detail/thread_shard.h>
@@ -107,11 +108,11 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     return std::chrono::milliseconds(windowMs_);
   }
   int64_t maxSamples() const noexcept {
-    return maxSamples_;
+    return capped_ ? state_.capped->maxSamples : kUnlimitedSamples;
   }
   // As given to the constructor (duplicates kept).
-  const std::vector<Aggregation>& aggregations() const noexcept {
-    return aggregationList_;
+  std::vector<Aggregation> aggregations() const {
+    return aggregationList_.unpack();
   }
 
  private:
@@ -119,22 +120,47 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     detail::Accumulator<T> values;
     bool emit = false;
   };
+  // The shards of the threads after the first one to add (the overflow
+  // shard last), created when a second thread adds.
+  struct ShardTable {
+    std::atomic<detail::CacheLineShard<T>*>
+        shards[detail::kMaxThreadSlots + 1] = {};
+  };
+  // Capped mode only: torch::monitor's window state machine.
+  struct CappedWindow {
+    explicit CappedWindow(int64_t max) : maxSamples(max) {}
+    const int64_t maxSamples;
+    detail::Accumulator<T> current;
+    int64_t windowId = 0;
+    int64_t lastClosedWindowId = 0;
+  };
+  static constexpr int16_t kNoSlot = -1;
 
   void addSharded(T v, int64_t now) {
     const int slot = detail::threadSlot();
-    detail::ThreadShard<T>* shard =
-        shards_[slot].load(std::memory_order_acquire);
+    detail::ThreadShard<T>* shard = &firstShard_;
+    // One compare for the first thread to add, which is most often the only
+    // one.
     if (__builtin_expect(
-            shard != nullptr && slot != detail::kOverflowSlot, 1)) {
-      shard->enter();
-      shard->acc.add(v, now);
-      shard->leave();
-    } else {
-      addToNewOrSharedShard(slot, v, now);
+            slot != firstSlot_.load(std::memory_order_relaxed), 0)) {
+      const ShardTable* table = state_.table.load(std::memory_order_acquire);
+      shard = table != nullptr && slot != detail::kOverflowSlot
+          ? table->shards[slot].load(std::memory_order_acquire)
+          : nullptr;
+      if (shard == nullptr) {
+        addToNewOrSharedShard(slot, v, now);
+        return;
+      }
     }
+    shard->enter();
+    shard->acc.add(v, now);
+    shard->leave();
   }
   void addAfterRollOver(T v, int64_t now);
+  // The first add of a thread, or any add from the overflow slot.
   void addToNewOrSharedShard(int slot, T v, int64_t now);
+  // The shard table, created on first use (callers hold mutex_).
+  ShardTable& tableLocked();
   // Reads the clock under the mutex: a reading taken before it could be
   // older than a window another thread has opened meanwhile.
   void addCapped(T v);
@@ -156,35 +182,44 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     mutex_.unlock();
   }
   void resetAfterForkInChild() override;
-  // (aggregation, aggregate) per enabled aggregation, in eventKeys_ order.
+  // (aggregation, aggregate) per enabled aggregation, in ascending order.
   std::vector<std::pair<Aggregation, T>> aggregatesOf(
       const detail::Accumulator<T>& window) const;
   int64_t windowIdAt(int64_t nowMs) const noexcept {
     return nowMs / windowMs_ + 1;
   }
 
-  const std::string name_;
-  const std::vector<Aggregation> aggregationList_;
-  const AggregationSet aggregations_;
-  // (aggregation, "<name>.<aggregation>") per enabled aggregation.
-  std::vector<std::pair<Aggregation, std::string>> eventKeys_;
-  const int64_t windowMs_;
-  const int64_t maxSamples_;
-  const bool capped_;
-  const ClockSource clock_;
+  // The layout keeps a stat small (about as small as torch::monitor's) and
+  // keeps firstShard_, which its owner writes on every add, off the cache
+  // lines of the fields that other threads' adds read (the first three), of
+  // the bytes that locking writes, and of neighbouring heap blocks: at least
+  // 56 bytes of rarely written fields on each side (heap blocks are 16-byte
+  // aligned).
 
   // End (exclusive, monotonic ms) of the open window; 0 before the first add.
   std::atomic<int64_t> windowEndMs_{0};
-  mutable std::atomic<detail::ThreadShard<T>*>
-      shards_[detail::kMaxThreadSlots + 1] = {};
+  // The slot of the thread that owns firstShard_, kNoSlot before the first
+  // add. The overflow slot never owns it.
+  std::atomic<int16_t> firstSlot_{kNoSlot};
+  const bool capped_;
+  const ClockSource clock_;
+  const AggregationSet aggregations_;
+  // The mode (capped_) never changes, so its state shares one pointer.
+  union ModeState {
+    explicit ModeState(CappedWindow* c) : capped(c) {}
+    ModeState() : table(nullptr) {}
+    std::atomic<ShardTable*> table; // unlimited: written under mutex_
+    CappedWindow* capped; // capped: owned, created by the constructor
+  } state_;
 
-  // Guards window closing, prev_, the overflow shard and the capped state.
+  const int64_t windowMs_;
+  // Guards window closing, prev_, the shard table's creation, the overflow
+  // shard and the capped state.
   mutable std::mutex mutex_;
+  const std::string name_;
+  detail::ThreadShard<T> firstShard_;
   detail::Accumulator<T> prev_;
-  // Capped mode only: torch::monitor's window state machine.
-  detail::Accumulator<T> current_;
-  int64_t windowId_ = 0;
-  int64_t lastClosedWindowId_ = 0;
+  const detail::PackedAggregationList aggregationList_;
 };
 
 // Converts a window given in seconds (Python's convention) to the whole

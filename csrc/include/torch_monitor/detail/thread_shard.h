@@ -63,8 +63,11 @@ inline void cpuRelax() noexcept {
 #endif
 }
 
+// One thread's share of a Stat's open window. The first thread that adds to
+// a Stat keeps its shard inside the Stat (which surrounds it with fields that
+// the hot path never writes); later threads get a CacheLineShard each.
 template <typename T>
-struct alignas(64) ThreadShard {
+struct ThreadShard {
   std::atomic<uint32_t> busy{0}; // written by the owner only
   std::atomic<uint32_t> frozen{0}; // written by the harvester only
   Accumulator<T> acc;
@@ -111,5 +114,10 @@ struct alignas(64) ThreadShard {
     } while (frozen.load(std::memory_order_acquire) != 0);
   }
 };
+
+// A shard allocated on its own: a cache line of its own, so two threads never
+// write the same line.
+template <typename T>
+struct alignas(64) CacheLineShard : ThreadShard<T> {};
 
 } // namespace torch_monitor::detail
