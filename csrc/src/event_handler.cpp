@@ -197,7 +197,30 @@ __attribute__((noinline)) void logToHandlers(Registry& r, const Event& event) {
 
 EventHandler::~EventHandler() = default;
 
+namespace {
+
+// Whether every string of the event is valid text: the common case, tested
+// without building any error context.
+bool textIsValid(const Event& event) noexcept {
+  if (!detail::isValidText(event.name)) {
+    return false;
+  }
+  for (const auto& [key, value] : event.data) {
+    const auto* text = std::get_if<std::string>(&value);
+    if (!detail::isValidText(key) ||
+        (text != nullptr && !detail::isValidText(*text))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+} // namespace
+
 void checkEvent(const Event& event) {
+  if (textIsValid(event)) {
+    return;
+  }
   detail::checkText(event.name, "Event name");
   for (const auto& [key, value] : event.data) {
     detail::checkText(key, "Event data key");
@@ -209,8 +232,12 @@ void checkEvent(const Event& event) {
 }
 
 void logEvent(const Event& event) {
-  checkEvent(event);
-  detail::dispatchEvent(event);
+  // An event no handler receives goes nowhere, so its text is only checked
+  // on its way to one: with no handler, logEvent stays a few instructions.
+  if (hasEventHandlers()) {
+    checkEvent(event);
+    detail::dispatchEvent(event);
+  }
 }
 
 void detail::dispatchEvent(const Event& event) {

@@ -20,7 +20,9 @@ class TORCH_MONITOR_API EventHandler {
 // Calls every registered handler, synchronously on the calling thread, in
 // registration order, on a snapshot of the registry. Every handler runs even
 // if an earlier one throws; the first exception is then rethrown. Throws
-// c10::ValueError, before any handler runs, for an event checkEvent rejects.
+// c10::ValueError, before any handler runs, for an event checkEvent rejects
+// (checked only when a handler is registered: an event nobody receives is
+// not inspected).
 // Thread safety: callable from any thread, concurrently with (un)registration
 // and with fork() (the registry's lock is reset in the child).
 TORCH_MONITOR_API void logEvent(const Event& event);
