@@ -1166,6 +1166,10 @@ TEST(StatExit, LastWindowOfAStatThatIsNeverDestroyedReachesHandlersAndSinks) {
 // inherited held, nor spin on a shard frozen mid-add; it can use every Stat.
 
 TEST(StatFork, ChildCanUseEveryStatWhileOtherThreadsAddAndLog) {
+  if (test::sanitizerForbidsThreadsAfterFork()) {
+    GTEST_SKIP() << "the sanitizer runtime cannot start threads in a forked "
+                    "child of a multi-threaded process; the plain build runs this";
+  }
   Stat<double> sharded("fork.sharded", {SUM, COUNT}, 1ms); // closes often
   Stat<int64_t> capped("fork.capped", {SUM}, 1ms, 3);
   Stat<double> inherited("fork.inherited", {COUNT}, 1h);
