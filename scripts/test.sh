@@ -32,7 +32,7 @@ echo "== C++ tests again under ThreadSanitizer (ctest -L tsan)"
     -DTORCH_MONITOR_BUILD_TESTS=ON -DTORCH_MONITOR_SANITIZE=thread &&
   cmake --build build/tsan -j2; } > build/tsan.log 2>&1 ||
   { tail -40 build/tsan.log; false; } &&
-  TSAN_OPTIONS=second_deadlock_stack=1 \
+  TSAN_OPTIONS="second_deadlock_stack=1 suppressions=$PWD/test/cpp/tsan.supp" \
     ctest --test-dir build/tsan -L tsan --output-on-failure -j2
 tsan_status=$?
 
