@@ -202,6 +202,14 @@ TEST(DifferenceMonitorThreads, EachThreadPairsItsOwnCaptures) {
 }
 
 TEST(DifferenceMonitorThreads, OneReducerFedAndReadFromSeveralThreads) {
+#if defined(__SANITIZE_THREAD__)
+  // Reading views from several threads makes LibTorch (not instrumented)
+  // create and free TensorImpls whose atomic reference counts TSan cannot
+  // see, and it reports those frees as races now and then. The monitor test
+  // above feeds one reducer from several threads under TSan; this one runs
+  // in the plain and ASan builds.
+  GTEST_SKIP() << "LibTorch's uninstrumented view reference counts";
+#endif
   EMAReducer reducer(1.0, 0.5, 16.0);
   constexpr int kThreads = 4;
   constexpr int kCalls = 300;
