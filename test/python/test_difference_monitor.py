@@ -462,24 +462,27 @@ def test_fix_partialconstructor_honours_op(inferno):
     assert ours.op_ is add
 
 
+class InPlaceParam(nn.Module):
+    """A parameter updated in place during forward (as a plasticity rule would)."""
+
+    def __init__(self):
+        super().__init__()
+        self.p = nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.p.mul_(3.0)
+        return x
+
+
 def test_keep_graph_keeps_the_captured_value_differentiable():
-    class Param(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.p = nn.Parameter(torch.ones(3))
-
-        def forward(self, x):
-            with torch.no_grad():
-                self.p.mul_(3.0)  # in place, as a plasticity rule would
-            return x
-
     seen = []
 
     def op(post, pre):
         seen.append(pre)
         return post - pre
 
-    m = Param()
+    m = InPlaceParam()
     mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "p", m, op_=op, keep_graph=True)
     m(torch.zeros(1))
     torch.testing.assert_close(mon.peek().detach(), torch.full((3,), 2.0))
@@ -495,23 +498,13 @@ def test_keep_graph_keeps_the_captured_value_differentiable():
 
 
 def test_history_is_detached_by_default():
-    class Param(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.p = nn.Parameter(torch.ones(3))
-
-        def forward(self, x):
-            with torch.no_grad():
-                self.p.mul_(3.0)
-            return x
-
     seen = []
 
     def op(post, pre):
         seen.append(pre)
         return post * 1.0 - pre
 
-    m = Param()
+    m = InPlaceParam()
     plain = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "p", m)
     custom = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "p", m, op_=op)
     assert plain.keep_graph is False
