@@ -42,6 +42,7 @@ from ._C import (  # noqa: E402
     register_event_handler,
     unregister_event_handler,
 )
+from . import _fake  # noqa: E402,F401  (fake classes for torch.compile/export)
 from .tensorboard_handler import TensorboardEventHandler  # noqa: E402
 from .reducers import *  # noqa: E402,F401,F403
 from .reducers import __all__ as _reducers_all  # noqa: E402
@@ -52,6 +53,10 @@ from .sinks import __all__ as _sinks_all  # noqa: E402
 
 #: The value types an Event's data may hold.
 data_value_t = _Union[str, float, int, bool]
+
+# Compiled and exported graphs call methods of the Python faces (ScriptObject
+# subclasses) through their TorchScript methods.
+_fake.make_traceable(_C)
 
 #: Logs the open window of every live Stat now (they stay usable).
 _close_all_stats = _C._close_all_stats

@@ -118,12 +118,16 @@ _HOOK_SOURCE = '''\
 def {name}_before(self, input: _Input) -> None:
     if _is_scripting():
         self.{key}.before({value}, self.training)
+    elif _is_compiling():
+        self.{key}.before({value}, self.training)
     else:
         _before(self)
 
 
 def {name}_after(self, input: _Input, output: _Output) -> _Output:
     if _is_scripting():
+        self.{key}.after({value}, self.training)
+    elif _is_compiling():
         self.{key}.after({value}, self.training)
     else:
         _after(self, output)
@@ -149,6 +153,7 @@ def _make_hooks(key: str, path: str, module: nn.Module):
         "_Input": input_type,
         "_Output": torch.Tensor if output_type is _UNKNOWN else output_type,
         "_is_scripting": torch.jit.is_scripting,
+        "_is_compiling": torch.compiler.is_compiling,
         "_before": before,
         "_after": after,
     }

@@ -135,6 +135,10 @@ std::string textFromPython(py::handle obj, const std::string& what) {
   throw py::type_error(what + " must be a str, got " + typeName(obj));
 }
 
+void markFace(py::handle cls, const char* scriptClass) {
+  cls.attr("_script_class") = py::str(scriptClass);
+}
+
 void initialiseOnNew(py::handle cls) {
   // The definition must outlive the class; one serves every class, since
   // the function receives its class as `self`.

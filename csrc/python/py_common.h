@@ -48,6 +48,12 @@ std::string textFromPython(py::handle obj, const std::string& what);
 // not copyreg's __new__ + __setstate__.
 void initialiseOnNew(py::handle cls);
 
+// Marks `cls` (a torch::jit::Object subclass) as the Python face of the
+// custom class torch.classes.torch_monitor.<scriptClass>: torch_monitor._fake
+// then gives it every TorchScript method it does not define itself and makes
+// it traceable by torch.compile and torch.export.
+void markFace(py::handle cls, const char* scriptClass);
+
 void initAggregation(py::module_& m);
 void initEvent(py::module_& m);
 void initHandlers(py::module_& m);

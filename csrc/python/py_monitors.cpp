@@ -862,6 +862,7 @@ void initMonitors(py::module_& m) {
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   type->tp_setattro = PyObject_GenericSetAttr;
   refuseUninitialisedUse(cls); // also plain lookup, see above
+  markFace(cls, "DifferenceMonitor");
   gMonitorType = type;
 
   gModuleType = reinterpret_cast<PyTypeObject*>(

@@ -289,6 +289,7 @@ void defineStat(py::module_& m, const char* doc) {
   PyType_Modified(type);
 
   initialiseOnNew(cls);
+  markFace(cls, kClassName<T>);
   m.def(
       kRestoreName<T>,
       [](typename ScriptStat<T>::State state) {

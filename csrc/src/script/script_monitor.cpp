@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <torch_monitor/script/flatten.h>
 #include <torch_monitor/script/registration.h>
 
 namespace torch_monitor::script {
@@ -25,8 +26,17 @@ at::Tensor timeTensor(const c10::IValue& time) {
 }
 
 void defineDifferenceMonitorClass(torch::Library& m) {
-  m.class_<ScriptDifferenceMonitor>("DifferenceMonitor")
-      .def(
+  auto cls = m.class_<ScriptDifferenceMonitor>("DifferenceMonitor");
+  defineFlatten(cls, [](ScriptDifferenceMonitor& self) {
+    const DifferenceMonitor& monitor = self.monitor();
+    return Config{
+        {"name", monitor.name()},
+        {"train_update", monitor.trainUpdate()},
+        {"eval_update", monitor.evalUpdate()},
+        {"keep_graph", monitor.keepGraph()},
+        {"has_custom_callables", monitor.hasCustomCallables()}};
+  });
+  cls.def(
           torch::init([](c10::intrusive_ptr<ScriptReducer> reducer,
                          std::string name,
                          bool trainUpdate,

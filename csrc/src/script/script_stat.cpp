@@ -1,5 +1,8 @@
 #include <torch_monitor/script/script_stat.h>
 
+#include <ATen/core/Tensor.h>
+
+#include <torch_monitor/script/flatten.h>
 #include <torch_monitor/script/registration.h>
 
 namespace torch_monitor::script {
@@ -38,11 +41,67 @@ std::chrono::milliseconds windowFromIValue(const c10::IValue& v) {
   return windowFromSeconds(v.isDouble() ? v.toDouble() : double(v.toInt()));
 }
 
+// Every element of a tensor is one sample. The tensor is read on the host
+// (on CUDA this synchronises).
+template <typename T>
+void addTensor(Stat<T>& stat, const at::Tensor& tensor) {
+  constexpr bool kInt = std::is_same_v<T, int64_t>;
+  TORCH_CHECK_TYPE(
+      !kInt || !at::isFloatingType(tensor.scalar_type()),
+      "IntStat.add takes integer tensors, got a ",
+      tensor.scalar_type(),
+      " tensor; use a Stat for floating-point values");
+  TORCH_CHECK_TYPE(
+      !at::isComplexType(tensor.scalar_type()),
+      "Stat.add takes real tensors, got a ",
+      tensor.scalar_type(),
+      " tensor");
+  const at::Tensor host =
+      tensor.detach().to(at::kCPU, kInt ? at::kLong : at::kDouble).contiguous();
+  const T* values = host.const_data_ptr<T>();
+  for (int64_t i = 0, n = host.numel(); i < n; ++i) {
+    stat.add(values[i]);
+  }
+}
+
+// add() in TorchScript and in traced PyTorch 2 code: a number, or a tensor
+// whose every element is a sample.
+template <typename T>
+void addValue(Stat<T>& stat, const c10::IValue& value) {
+  constexpr bool kFloat = std::is_same_v<T, double>;
+  if (value.isTensor()) {
+    addTensor(stat, value.toTensor());
+  } else if (value.isInt()) {
+    stat.add(static_cast<T>(value.toInt()));
+  } else {
+    TORCH_CHECK_TYPE(
+        kFloat && value.isDouble(),
+        kFloat ? "Stat" : "IntStat",
+        ".add takes ",
+        kFloat ? "a float, an int" : "an int",
+        " or a tensor, got ",
+        value.tagKind());
+    stat.add(static_cast<T>(value.toDouble()));
+  }
+}
+
 template <typename T>
 void defineStatClass(torch::Library& m, const char* className) {
   using Holder = ScriptStat<T>;
-  m.class_<Holder>(className)
-      .def(
+  auto cls = m.class_<Holder>(className);
+  defineFlatten(cls, [](Holder& self) {
+    Stat<T>& stat = self.stat();
+    std::vector<std::string> aggregations;
+    for (Aggregation a : stat.aggregations()) {
+      aggregations.emplace_back(aggregationName(a));
+    }
+    return Config{
+        {"name", stat.name()},
+        {"aggregations", std::move(aggregations)},
+        {"window_size_ms", stat.windowSize().count()},
+        {"max_samples", stat.maxSamples()}};
+  });
+  cls.def(
           torch::init([](std::string name,
                          c10::IValue aggregations,
                          c10::IValue windowSize,
@@ -58,9 +117,11 @@ void defineStatClass(torch::Library& m, const char* className) {
            torch::arg("aggregations"),
            torch::arg("window_size"),
            torch::arg("max_samples") = Stat<T>::kUnlimitedSamples})
-      .def("add", [](const c10::intrusive_ptr<Holder>& self, T v) {
-        self->stat().add(v);
-      })
+      .def(
+          "add",
+          [](const c10::intrusive_ptr<Holder>& self, c10::IValue value) {
+            addValue(self->stat(), value);
+          })
       .def(
           "get",
           [](const c10::intrusive_ptr<Holder>& self) {

@@ -1,0 +1,116 @@
+"""Fake classes for torch.compile and torch.export, derived from the C++ classes.
+
+PyTorch 2 traces a custom-class object through a "fake" stand-in built from
+the object's ``__obj_flatten__`` (its configuration). Rather than write one
+by hand per class, this module reads every ``torch.classes.torch_monitor``
+class's method schemas and derives its fake: so a method added in C++ is
+traceable at once, and a fake can never drift from its class. While tracing,
+a fake method
+
+* returns the configuration value of the same name for a getter
+  (``stat.name()``, ``monitor.train_update()``),
+* does nothing for a method that returns nothing (``add``, ``before``): the
+  real call is recorded in the graph and runs when the graph runs,
+* and otherwise raises, naming the method: its result (a dict, a string, a
+  tensor of unknown shape) depends on state that exists only at run time,
+  so read it outside the traced code.
+"""
+
+from typing import Any, Dict, Tuple
+
+import torch
+
+from . import _torch_internals
+
+__all__ = ["FakeObject", "FAKE_CLASSES", "make_traceable"]
+
+
+class FakeObject:
+    """A torch_monitor object as seen by PyTorch 2 tracing: its configuration."""
+
+    _class_name = "object"
+
+    def __init__(self, config: Dict[str, Any]):
+        self._config = config
+
+    def __repr__(self) -> str:
+        return f"Fake{self._class_name}({self._config})"
+
+
+def _unflatten(cls, flattened: Tuple[Tuple[str, Any], ...]) -> FakeObject:
+    return cls(dict(flattened))
+
+
+def _fake_method(class_name: str, schema):
+    name = schema.name
+    returns_nothing = [str(r.type) for r in schema.returns] in ([], ["NoneType"])
+
+    def method(self, *args, **kwargs):
+        if not args and not kwargs and name in self._config:
+            return self._config[name]
+        if returns_nothing:
+            return None
+        raise RuntimeError(
+            f"torch_monitor.{class_name}.{name}() cannot be called inside code "
+            "that torch.compile or torch.export traces: its result depends on "
+            "what happens at run time. Call it outside the compiled or exported "
+            "function (e.g. after the training step)."
+        )
+
+    method.__name__ = name
+    method.__qualname__ = f"Fake{class_name}.{name}"
+    return method
+
+
+_NOT_FAKED = {"__init__", "__getstate__", "__setstate__", "__obj_flatten__"}
+
+
+def _make_fake_class(class_name: str, schemas) -> type:
+    methods = {
+        schema.name: _fake_method(class_name, schema)
+        for schema in schemas
+        if schema.name not in _NOT_FAKED
+    }
+    methods["_class_name"] = class_name
+    # register_fake_class looks for it in the class's own __dict__.
+    methods["__obj_unflatten__"] = classmethod(_unflatten)
+    return type(f"Fake{class_name}", (FakeObject,), methods)
+
+
+_SCHEMAS = _torch_internals.custom_class_schemas("torch_monitor")
+
+#: {class name: fake class} for every torch.classes.torch_monitor class.
+FAKE_CLASSES = {name: _make_fake_class(name, schemas) for name, schemas in _SCHEMAS.items()}
+for _name, _fake_class in FAKE_CLASSES.items():
+    _torch_internals.register_fake_class(f"torch_monitor::{_name}", _fake_class)
+
+
+def _torchscript_method(name: str):
+    def method(self, *args, **kwargs):
+        return torch.ScriptObject.__getattr__(self, name)(*args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def make_traceable(module) -> tuple:
+    """Completes the Python faces in ``module`` (``torch_monitor._C``) and
+    makes them traceable; returns the face classes.
+
+    A face is a ScriptObject subclass marked with ``_script_class`` in C++.
+    It looks attributes up on its own class only (fast access for the hot
+    paths), so each TorchScript method it does not define itself (such as
+    ``__obj_flatten__``, which tracing calls) is added here as a forwarding
+    method; and graph calls of its methods are routed to the TorchScript
+    methods (see ``_torch_internals``).
+    """
+    faces = tuple(
+        cls for cls in vars(module).values()
+        if isinstance(cls, type) and "_script_class" in vars(cls)
+    )
+    for face in faces:
+        for schema in _SCHEMAS[face._script_class]:
+            if schema.name != "__init__" and not hasattr(face, schema.name):
+                setattr(face, schema.name, _torchscript_method(schema.name))
+    _torch_internals.run_torchbind_methods_on(faces)
+    return faces
