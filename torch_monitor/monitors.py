@@ -116,18 +116,18 @@ def _forward_types(module: nn.Module):
 
 _HOOK_SOURCE = '''\
 def {name}_before(self, input: _Input) -> None:
-    if _is_scripting():
+    if torch.jit.is_scripting():
         self.{key}.before({value}, self.training)
-    elif _is_compiling():
+    elif torch.compiler.is_compiling():
         self.{key}.before({value}, self.training)
     else:
         _before(self)
 
 
 def {name}_after(self, input: _Input, output: _Output) -> _Output:
-    if _is_scripting():
+    if torch.jit.is_scripting():
         self.{key}.after({value}, self.training)
-    elif _is_compiling():
+    elif torch.compiler.is_compiling():
         self.{key}.after({value}, self.training)
     else:
         _after(self, output)
@@ -152,8 +152,9 @@ def _make_hooks(key: str, path: str, module: nn.Module):
         "__name__": __name__,
         "_Input": input_type,
         "_Output": torch.Tensor if output_type is _UNKNOWN else output_type,
-        "_is_scripting": torch.jit.is_scripting,
-        "_is_compiling": torch.compiler.is_compiling,
+        # Dynamo's strict export resolves the hooks' globals in this module,
+        # so they name only `torch` (and eager-only helpers) from here.
+        "torch": torch,
         "_before": before,
         "_after": after,
     }
