@@ -20,7 +20,7 @@ from typing import Any, Dict, Tuple
 
 import torch
 
-from . import _torch_internals
+from . import _internals
 
 __all__ = ["FakeObject", "FAKE_CLASSES", "make_traceable"]
 
@@ -77,12 +77,12 @@ def _make_fake_class(class_name: str, schemas) -> type:
     return type(f"Fake{class_name}", (FakeObject,), methods)
 
 
-_SCHEMAS = _torch_internals.custom_class_schemas("torch_monitor")
+_SCHEMAS = _internals.custom_class_schemas("torch_monitor")
 
 #: {class name: fake class} for every torch.classes.torch_monitor class.
 FAKE_CLASSES = {name: _make_fake_class(name, schemas) for name, schemas in _SCHEMAS.items()}
 for _name, _fake_class in FAKE_CLASSES.items():
-    _torch_internals.register_fake_class(f"torch_monitor::{_name}", _fake_class)
+    _internals.register_fake_class(f"torch_monitor::{_name}", _fake_class)
 
 
 def _torchscript_method(name: str):
@@ -102,7 +102,7 @@ def make_traceable(module) -> tuple:
     paths), so each TorchScript method it does not define itself (such as
     ``__obj_flatten__``, which tracing calls) is added here as a forwarding
     method; and graph calls of its methods are routed to the TorchScript
-    methods (see ``_torch_internals``).
+    methods (see ``_internals``).
     """
     faces = tuple(
         cls for cls in vars(module).values()
@@ -112,5 +112,5 @@ def make_traceable(module) -> tuple:
         for schema in _SCHEMAS[face._script_class]:
             if schema.name != "__init__" and not hasattr(face, schema.name):
                 setattr(face, schema.name, _torchscript_method(schema.name))
-    _torch_internals.run_torchbind_methods_on(faces)
+    _internals.run_torchbind_methods_on(faces)
     return faces

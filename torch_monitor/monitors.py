@@ -19,7 +19,6 @@ import copy
 import inspect
 import itertools
 import keyword
-import linecache
 import typing
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -28,7 +27,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from . import _C
+from . import _C, _internals
 from ._checks import strict_bool
 
 __all__ = ["DifferenceMonitor", "MonitorConstructor"]
@@ -172,13 +171,10 @@ def _make_hooks(key: str, path: str, module: nn.Module):
         namespace["_after"] = _after_first
     source = _HOOK_SOURCE.format(name=key, key=key, value=_path_expression(path))
     filename = f"<torch_monitor DifferenceMonitor hooks {key} #{next(_ids)}>"
-    lines = source.splitlines(keepends=True)
-    # mtime None: linecache.checkcache() keeps the entry (inspect.getsource,
-    # hence torch.jit.script, reads the source from here).
-    linecache.cache[filename] = (len(source), None, lines, filename)
+    _internals.add_source_to_linecache(filename, source)
     exec(compile(source, filename, "exec"), namespace)
     pre, post = namespace[f"{key}_before"], namespace[f"{key}_after"]
-    weakref.finalize(post, linecache.cache.pop, filename, None)
+    weakref.finalize(post, _internals.remove_source_from_linecache, filename)
     return pre, post
 
 

@@ -1,7 +1,9 @@
 #include "py_common.h"
+#include "pybind_internals.h"
 
 #include <datetime.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/api/object.h>
 
 #include <torch_monitor/script/script_stat.h>
@@ -163,17 +165,25 @@ typename ScriptStat<T>::State stateOf(const PyStat<T>& self) {
 // call, this ~15 ns, which is most of Stat.add's cost from Python.
 template <typename T>
 PyObject* fastAdd(PyObject* self, PyObject* arg) {
-  auto* inst = reinterpret_cast<py::detail::instance*>(self);
-  void* value = inst->simple_layout
-      ? inst->simple_value_holder[0]
-      : py::detail::values_and_holders(inst).begin()->value_ptr();
+  void* value = cppObjectOf(self);
   if (value == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "Stat.__init__ was not called");
     return nullptr;
   }
+  constexpr bool kFloat = std::is_same_v<T, double>;
+  const bool exact = kFloat ? PyFloat_CheckExact(arg) : PyLong_CheckExact(arg);
+  if (!exact && THPVariable_Check(arg)) { // every element is one sample
+    try {
+      static_cast<PyStat<T>*>(value)->holder->addTensor(THPVariable_Unpack(arg));
+    } catch (const std::exception& e) {
+      setPythonError(e);
+      return nullptr;
+    }
+    Py_RETURN_NONE;
+  }
   T v;
-  if constexpr (std::is_same_v<T, double>) {
-    v = PyFloat_CheckExact(arg) ? PyFloat_AS_DOUBLE(arg) : PyFloat_AsDouble(arg);
+  if constexpr (kFloat) {
+    v = exact ? PyFloat_AS_DOUBLE(arg) : PyFloat_AsDouble(arg);
   } else {
     v = PyLong_AsLongLong(arg);
   }

@@ -6,6 +6,7 @@
 #include <ATen/ops/alias.h>
 
 #include <torch_monitor/reducers/factory.h>
+#include <torch_monitor/script/flatten.h>
 #include <torch_monitor/script/registration.h>
 
 namespace torch_monitor::script {
@@ -172,8 +173,21 @@ c10::intrusive_ptr<ScriptReducer> ScriptReducer::fromState(const State& state) {
 }
 
 void registerReducerClasses(torch::Library& m) {
-  m.class_<ScriptReducer>("Reducer")
-      .def(
+  auto cls = m.class_<ScriptReducer>("Reducer");
+  defineFlatten(cls, [](ScriptReducer& self) {
+    FoldReducer& fold = self.fold();
+    const std::optional<Criterion> criterion = fold.criterion();
+    return Config{
+        {"kind", std::string(fold.kind())},
+        {"arity", static_cast<int64_t>(fold.arity())},
+        {"step_time", fold.stepTime()},
+        {"duration", fold.duration()},
+        {"inclusive", fold.inclusive()},
+        {"inplace", fold.inplace()},
+        {"params", toDict(fold.params())},
+        {"criterion", criterion ? criterion->repr() : std::string()}};
+  });
+  cls.def(
           torch::init([](const std::string& kind,
                          double stepTime,
                          double duration,

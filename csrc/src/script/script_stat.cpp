@@ -41,50 +41,6 @@ std::chrono::milliseconds windowFromIValue(const c10::IValue& v) {
   return windowFromSeconds(v.isDouble() ? v.toDouble() : double(v.toInt()));
 }
 
-// Every element of a tensor is one sample. The tensor is read on the host
-// (on CUDA this synchronises).
-template <typename T>
-void addTensor(Stat<T>& stat, const at::Tensor& tensor) {
-  constexpr bool kInt = std::is_same_v<T, int64_t>;
-  TORCH_CHECK_TYPE(
-      !kInt || !at::isFloatingType(tensor.scalar_type()),
-      "IntStat.add takes integer tensors, got a ",
-      tensor.scalar_type(),
-      " tensor; use a Stat for floating-point values");
-  TORCH_CHECK_TYPE(
-      !at::isComplexType(tensor.scalar_type()),
-      "Stat.add takes real tensors, got a ",
-      tensor.scalar_type(),
-      " tensor");
-  const at::Tensor host =
-      tensor.detach().to(at::kCPU, kInt ? at::kLong : at::kDouble).contiguous();
-  const T* values = host.const_data_ptr<T>();
-  for (int64_t i = 0, n = host.numel(); i < n; ++i) {
-    stat.add(values[i]);
-  }
-}
-
-// add() in TorchScript and in traced PyTorch 2 code: a number, or a tensor
-// whose every element is a sample.
-template <typename T>
-void addValue(Stat<T>& stat, const c10::IValue& value) {
-  constexpr bool kFloat = std::is_same_v<T, double>;
-  if (value.isTensor()) {
-    addTensor(stat, value.toTensor());
-  } else if (value.isInt()) {
-    stat.add(static_cast<T>(value.toInt()));
-  } else {
-    TORCH_CHECK_TYPE(
-        kFloat && value.isDouble(),
-        kFloat ? "Stat" : "IntStat",
-        ".add takes ",
-        kFloat ? "a float, an int" : "an int",
-        " or a tensor, got ",
-        value.tagKind());
-    stat.add(static_cast<T>(value.toDouble()));
-  }
-}
-
 template <typename T>
 void defineStatClass(torch::Library& m, const char* className) {
   using Holder = ScriptStat<T>;
@@ -120,7 +76,7 @@ void defineStatClass(torch::Library& m, const char* className) {
       .def(
           "add",
           [](const c10::intrusive_ptr<Holder>& self, c10::IValue value) {
-            addValue(self->stat(), value);
+            self->addValue(value);
           })
       .def(
           "get",
@@ -202,6 +158,46 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(State state) {
       std::move(aggregations),
       std::chrono::milliseconds(windowMs),
       maxSamples);
+}
+
+template <typename T>
+void ScriptStat<T>::addTensor(const at::Tensor& tensor) {
+  constexpr bool kInt = std::is_same_v<T, int64_t>;
+  TORCH_CHECK_TYPE(
+      !kInt || !at::isFloatingType(tensor.scalar_type()),
+      "IntStat.add takes integer tensors, got a ",
+      tensor.scalar_type(),
+      " tensor; use a Stat for floating-point values");
+  TORCH_CHECK_TYPE(
+      !at::isComplexType(tensor.scalar_type()),
+      "Stat.add takes real tensors, got a ",
+      tensor.scalar_type(),
+      " tensor");
+  const at::Tensor host =
+      tensor.detach().to(at::kCPU, kInt ? at::kLong : at::kDouble).contiguous();
+  const T* values = host.const_data_ptr<T>();
+  for (int64_t i = 0, n = host.numel(); i < n; ++i) {
+    stat_.add(values[i]);
+  }
+}
+
+template <typename T>
+void ScriptStat<T>::addValue(const c10::IValue& value) {
+  constexpr bool kFloat = std::is_same_v<T, double>;
+  if (value.isTensor()) {
+    addTensor(value.toTensor());
+  } else if (value.isInt()) {
+    stat_.add(static_cast<T>(value.toInt()));
+  } else {
+    TORCH_CHECK_TYPE(
+        kFloat && value.isDouble(),
+        kFloat ? "Stat" : "IntStat",
+        ".add takes ",
+        kFloat ? "a float, an int" : "an int",
+        " or a tensor, got ",
+        value.tagKind());
+    stat_.add(static_cast<T>(value.toDouble()));
+  }
 }
 
 template class ScriptStat<double>;

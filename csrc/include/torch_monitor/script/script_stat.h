@@ -5,6 +5,7 @@
 #include <tuple>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <torch/custom_class.h>
 
 #include <torch_monitor/stat.h>
@@ -37,6 +38,14 @@ class ScriptStat : public torch::CustomClassHolder {
   Stat<T>& stat() noexcept {
     return stat_;
   }
+
+  // add() of TorchScript and of traced PyTorch 2 code: a number, or a tensor
+  // whose every element is one sample (IntStat: integer tensors only).
+  // Throws c10::TypeError for anything else.
+  void addValue(const c10::IValue& value);
+  // Every element is one sample, read on the host (on CUDA this waits for
+  // the tensor).
+  void addTensor(const at::Tensor& tensor);
 
   State state() const;
   static c10::intrusive_ptr<ScriptStat> fromState(State state);

@@ -1,9 +1,10 @@
-"""Every use of PyTorch's private internals in torch_monitor, in one place.
+"""Every use of private internals of torch or CPython in torch_monitor's Python code.
 
-Each function here leans on something torch does not promise to keep; each
-has a test in ``test/python/test_torch_internals.py`` that fails loudly
-(naming the function) when a torch upgrade breaks it. Keep it that way: code
-elsewhere in the package calls these functions, never ``torch._*`` itself.
+Each function here leans on something torch or Python does not promise to
+keep; each has a test in ``test/python/test_internals.py`` that fails loudly
+(naming the function) when an upgrade breaks it. Code elsewhere in the
+package calls these functions, never ``torch._*`` itself. (The C++ binding's
+counterpart is ``csrc/python/pybind_internals.h``.)
 """
 
 import linecache

@@ -1,0 +1,77 @@
+"""Guards for torch_monitor/_internals.py: every private internal of torch or
+CPython that the Python package relies on has a test here that fails loudly,
+naming the function, when a torch or Python upgrade breaks it."""
+
+import inspect
+import linecache
+from datetime import timedelta
+
+import pytest
+import torch
+
+tm = pytest.importorskip("torch_monitor")
+from torch_monitor import _internals  # noqa: E402
+
+
+def test_custom_class_schemas_lists_methods_with_types():
+    schemas = _internals.custom_class_schemas("torch_monitor")
+    assert {"Stat", "IntStat", "DifferenceMonitor", "Reducer"} <= set(schemas), (
+        "_internals.custom_class_schemas: torch._C._jit_get_custom_class_schemas "
+        "no longer lists torch_monitor's classes"
+    )
+    add = {s.name: s for s in schemas["Stat"]}["add"]
+    assert [str(r.type) for r in add.returns] == ["NoneType"]
+    assert str(add.arguments[0].type) == "__torch__.torch.classes.torch_monitor.Stat"
+
+
+def test_register_fake_class_reaches_the_registry():
+    from torch._library.fake_class_registry import find_fake_class
+
+    fake = find_fake_class("__torch__.torch.classes.torch_monitor.Stat")
+    assert fake is not None and fake.__name__ == "FakeStat", (
+        "_internals.register_fake_class: torch._library.register_fake_class moved"
+    )
+
+
+def test_call_torchbind_kernel_runs_face_methods():
+    from torch._C import DispatchKey
+    from torch._higher_order_ops.torchbind import call_torchbind
+
+    kernel = call_torchbind.py_kernels[DispatchKey.CompositeExplicitAutograd]
+    assert kernel.__module__ == "torch_monitor._internals", (
+        "_internals.run_torchbind_methods_on: call_torchbind's eager kernel is "
+        "no longer in py_kernels[CompositeExplicitAutograd]"
+    )
+    stat = tm.Stat("internals.kernel", [tm.COUNT], timedelta(hours=1))
+    call_torchbind(stat, "add", 2.0)  # what a compiled graph does
+    assert stat.count == 1
+
+
+def test_fake_script_method_gets_the_face_schema():
+    from torch._library.fake_class_registry import FakeScriptMethod, maybe_to_fake_obj
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert "self_fake_obj" in inspect.signature(FakeScriptMethod.__init__).parameters
+    stat = tm.Stat("internals.schema", [tm.COUNT], timedelta(hours=1))
+    fake = maybe_to_fake_obj(FakeTensorMode(), stat)
+    assert fake.add.schema is not None, (
+        "_internals.run_torchbind_methods_on: FakeScriptMethod no longer takes "
+        "the schema the patch fills in"
+    )
+    assert fake.add.schema.name == "add"
+
+
+def test_linecache_entries_serve_inspect():
+    filename = "<torch_monitor internals test>"
+    source = "def generated():\n    return 1\n"
+    _internals.add_source_to_linecache(filename, source)
+    try:
+        linecache.checkcache()  # must keep an entry with mtime None
+        namespace = {}
+        exec(compile(source, filename, "exec"), namespace)
+        assert inspect.getsource(namespace["generated"]) == source, (
+            "_internals.add_source_to_linecache: linecache's entry layout changed"
+        )
+    finally:
+        _internals.remove_source_from_linecache(filename)
+    assert filename not in linecache.cache

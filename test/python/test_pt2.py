@@ -1,0 +1,269 @@
+"""torch_monitor under PyTorch 2: torch.compile and (non-strict) torch.export.
+
+Each test runs the same module twice, once eagerly and once compiled or
+exported, and compares what the torch_monitor objects recorded (Stat
+windows, monitor histories). Graph breaks are counted with
+``torch._dynamo.explain`` and with ``fullgraph=True``; recompilation is made
+an error with ``torch._dynamo.config.error_on_recompile``. Strict export,
+saving and AOTInductor have their own files (test_pt2_*.py).
+"""
+
+from datetime import timedelta
+
+import pytest
+import torch
+from torch import nn
+
+tm = pytest.importorskip("torch_monitor")
+
+BACKENDS = ["eager", "aot_eager", "inductor"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------- modules
+
+
+class Adds(nn.Module):
+    """Adds a constant and a tensor-derived value to a Stat every call."""
+
+    def __init__(self, name="pt2.loss"):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.stat = tm.Stat(name, [tm.SUM, tm.COUNT, tm.MAX], timedelta(hours=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        self.stat.add(1.0)
+        self.stat.add(y.detach().abs().sum())
+        return y
+
+
+class Counts(nn.Module):
+    """Adds integer tensors to an IntStat."""
+
+    def __init__(self, name="pt2.hits"):
+        super().__init__()
+        self.stat = tm.IntStat(name, [tm.SUM, tm.COUNT], timedelta(hours=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.stat.add(3)
+        self.stat.add((x > 0).long())  # every element one sample
+        return x * 2
+
+
+class InPlace(nn.Module):
+    """Updates a buffer in place inside forward (what a monitor measures)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("state", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.state.add_(x.sum(0))
+        return x + self.state
+
+
+def monitored():
+    module = InPlace()
+    reducer = tm.PassthroughReducer(1.0, 30.0)  # dump(): 30 rows, newest first
+    monitor = tm.DifferenceMonitor(reducer, "state", module)
+    return module, monitor
+
+
+def assert_same_windows(stat, reference):
+    """Closes the open windows now and compares the two stats' aggregates."""
+    events = []
+    handle = tm.register_event_handler(events.append)
+    try:
+        tm._close_all_stats()
+    finally:
+        tm.unregister_event_handler(handle)
+
+    def window(name):
+        # a window's event: {"<name>.sum": ..., "<name>.count": ...}
+        mine = [e.data for e in events if any(k.startswith(name + ".") for k in e.data)]
+        assert len(mine) == 1, f"expected one window event of {name}, got {mine}"
+        return {k[len(name):]: v for k, v in mine[0].items()}
+
+    got, want = window(stat.name), window(reference.name)
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key] == pytest.approx(want[key], rel=1e-6), key
+
+
+def inputs(steps, features=4):
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(2, features, generator=gen) for _ in range(steps)]
+
+
+# ---------------------------------------------------------------- compile
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_stat_adds_match_eager_without_graph_breaks(backend):
+    torch.manual_seed(0)
+    eager = Adds("pt2.eager")
+    compiled_module = Adds("pt2.compiled")
+    compiled_module.load_state_dict(eager.state_dict())
+    compiled = torch.compile(compiled_module, fullgraph=True, backend=backend)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for x in inputs(20):  # values change, configuration does not
+            eager(x)
+            compiled(x)
+    assert compiled_module.stat.count == eager.stat.count == 40
+    assert_same_windows(compiled_module.stat, eager.stat)
+
+
+def test_explain_counts_no_graph_break_for_stat_and_monitor():
+    explanation = torch._dynamo.explain(Adds())(torch.randn(2, 4))
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+    module, _monitor = monitored()
+    # through a lambda: explain() of the module itself compiles hooks apart
+    explanation = torch._dynamo.explain(lambda x: module(x))(torch.randn(2, 3))
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_compiled_intstat_takes_ints_and_integer_tensors(backend):
+    eager, compiled_module = Counts("pt2.eager_hits"), Counts("pt2.compiled_hits")
+    compiled = torch.compile(compiled_module, fullgraph=True, backend=backend)
+    for x in inputs(5):
+        eager(x)
+        compiled(x)
+    assert compiled_module.stat.count == eager.stat.count == 5 * (1 + 8)
+    assert_same_windows(compiled_module.stat, eager.stat)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_difference_monitor_records_as_eager(backend):
+    eager, eager_monitor = monitored()
+    module, monitor = monitored()
+    compiled = torch.compile(module, fullgraph=True, backend=backend)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for x in inputs(20, features=3):
+            eager(x)
+            compiled(x)
+    want, got = eager_monitor.dump(), monitor.dump()
+    torch.testing.assert_close(got, want)
+    assert got[:20].abs().sum(1).gt(0).all()  # in-place updates are measured
+    assert got[20:].abs().sum() == 0  # nothing more was recorded
+
+
+def test_compiled_monitor_guards_on_training_mode():
+    module, monitor = monitored()
+    monitor.evalexec = False  # record in training only
+    compiled = torch.compile(module, fullgraph=True, backend="eager")
+    compiled(torch.ones(2, 3))
+    module.eval()
+    compiled(torch.ones(2, 3))  # recompiles once: training is configuration
+    rows = monitor.dump().abs().sum(1)
+    assert rows[0] > 0 and rows[1:].sum() == 0  # the eval call recorded nothing
+
+
+def test_traced_code_cannot_read_run_time_results():
+    stat = tm.Stat("pt2.read", [tm.MEAN], timedelta(hours=1))
+
+    def reads(x):
+        stat.add(x.sum())
+        return stat.get()  # a dict of run-time values
+
+    with pytest.raises(Exception, match="cannot be called inside code"):
+        torch.compile(reads, fullgraph=True, backend="eager")(torch.ones(2))
+
+
+# ---------------------------------------------------------------- export
+
+
+def test_exported_stat_calls_run_on_the_original_stat():
+    module = Adds("pt2.exported")
+    twin = Adds("pt2.twin")
+    twin.load_state_dict(module.state_dict())
+    exported = torch.export.export(module, (torch.randn(2, 4),), strict=False)
+    calls = [n for n in exported.graph.nodes if n.target is torch.ops.higher_order.call_torchbind]
+    assert [n.args[1] for n in calls] == ["add", "add"]
+    assert module.stat.count == 0  # tracing added nothing
+    runnable = exported.module()
+    for x in inputs(4):
+        runnable(x)
+        twin(x)
+    assert module.stat.count == 8
+    assert_same_windows(module.stat, twin.stat)
+
+
+def test_exported_monitor_records_like_eager():
+    module, monitor = monitored()
+    twin, twin_monitor = monitored()
+    exported = torch.export.export(module, (torch.randn(2, 3),), strict=False)
+    assert monitor.peek() is None  # tracing recorded nothing
+    runnable = exported.module()
+    for x in inputs(5, features=3):
+        runnable(x)
+        twin(x)
+    torch.testing.assert_close(monitor.dump(), twin_monitor.dump())
+
+
+def test_module_holding_reducers_and_monitors_exports():
+    class Holds(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.reducer = tm.EMAReducer(0.5, 1.0, 10.0)
+            self.passthrough = tm.PassthroughReducer(1.0, 0.0)  # keeps one
+
+        def forward(self, x):
+            return self.lin(x)
+
+    module = Holds()
+    monitor = tm.DifferenceMonitor(module.passthrough, "lin.weight", module)  # noqa: F841 (kept alive)
+    exported = torch.export.export(module, (torch.randn(2, 3),), strict=False)
+    exported.module()(torch.randn(2, 3))
+    assert module.passthrough.peek().shape == (3, 3)
+
+
+# ---------------------------------------------------------------- fakes
+
+
+def test_every_custom_class_has_a_fake_derived_from_its_schema():
+    from torch_monitor import _fake
+
+    schemas = {}
+    for schema in torch._C._jit_get_custom_class_schemas():
+        owner = str(schema.arguments[0].type) if schema.arguments else ""
+        if owner.startswith("__torch__.torch.classes.torch_monitor."):
+            schemas.setdefault(owner.rsplit(".", 1)[1], set()).add(schema.name)
+    assert set(_fake.FAKE_CLASSES) == set(schemas)
+    for name, methods in schemas.items():
+        fake = _fake.FAKE_CLASSES[name]
+        missing = {m for m in methods - {"__init__", "__getstate__", "__setstate__", "__obj_flatten__"} if not hasattr(fake, m)}
+        assert not missing, f"fake {name} lacks {missing}"
+        qualname = f"__torch__.torch.classes.torch_monitor.{name}"
+        assert torch._library.fake_class_registry.find_fake_class(qualname) is fake
+
+
+def test_flatten_holds_configuration_only():
+    stat = tm.Stat("pt2.config", [tm.MEAN, tm.MAX], timedelta(seconds=7))
+    before = stat.__obj_flatten__()
+    stat.add(1.0)
+    assert stat.__obj_flatten__() == before
+    assert dict(before) == {
+        "name": "pt2.config",
+        "aggregations": ["mean", "max"],
+        "window_size_ms": 7000,
+        "max_samples": 2**63 - 1,
+    }
+    _module, monitor = monitored()
+    assert dict(monitor.core.__obj_flatten__())["name"] == "state"
+
+
+def test_faces_offer_every_torchscript_method():
+    stat = tm.Stat("pt2.face", [tm.MEAN], timedelta(seconds=3))
+    assert stat.window_size_ms() == 3000  # forwarded TorchScript method
+    stat.add(torch.tensor([1.0, 2.0, 3.0]))
+    assert stat.count == 3
