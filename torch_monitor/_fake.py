@@ -83,6 +83,8 @@ _SCHEMAS = _internals.custom_class_schemas("torch_monitor")
 FAKE_CLASSES = {name: _make_fake_class(name, schemas) for name, schemas in _SCHEMAS.items()}
 for _name, _fake_class in FAKE_CLASSES.items():
     _internals.register_fake_class(f"torch_monitor::{_name}", _fake_class)
+# Strict torch.export would otherwise leave these fakes in the exported program.
+_internals.keep_real_objects_in_strict_export("torch_monitor")
 
 
 def _torchscript_method(name: str):

@@ -1,13 +1,15 @@
 """Every use of private internals of torch or CPython in torch_monitor's Python code.
 
 Each function here leans on something torch or Python does not promise to
-keep; each has a test in ``test/python/test_internals.py`` that fails loudly
-(naming the function) when an upgrade breaks it. Code elsewhere in the
+keep; each has a test that fails loudly (naming the function) when an
+upgrade breaks it, in ``test/python/test_internals.py`` unless its docstring
+names another file. Code elsewhere in the
 package calls these functions, never ``torch._*`` itself. (The C++ binding's
 counterpart is ``csrc/python/pybind_internals.h``.)
 """
 
 import linecache
+import weakref
 from typing import Dict, List
 
 import torch
@@ -81,6 +83,77 @@ def run_torchbind_methods_on(face_types: tuple) -> None:
         original_init(self, self_fake_obj, method_name, schema)
 
     FakeScriptMethod.__init__ = init
+
+
+def keep_real_objects_in_strict_export(namespace: str) -> None:
+    """Makes ``torch.export.export(..., strict=True)`` keep our real objects.
+
+    A module attribute holding one of our objects reaches the exported
+    program's constants as the FakeScriptObject that Dynamo traced with (torch
+    2.13: ``functional_export`` turns the captured graph input into a
+    ``get_attr`` of its fake example value, and ``_strict_export``, unlike
+    ``_non_strict_export``, never maps fakes back to real objects), so
+    ``ep.module()`` fails with "FakeScriptObject should only exist during
+    tracing". No method or flattened content of the class can avoid it; the
+    only opt-out, ``tracing_mode() == "real"``, would run the real methods
+    while tracing (a Stat would count values that were never added). So:
+
+    * ``maybe_to_fake_obj`` (which Dynamo calls through the module
+      attribute) remembers, weakly, the object each fake of ours stands for;
+    * ``_strict_export`` then puts that object back in place of the fake in
+      the constants, as the non-strict path does with its own map.
+
+    Fakes of other libraries' classes are left alone. Tested (and checked to
+    be still needed) in ``test/python/test_pt2_strict_export.py``.
+    """
+    from torch._library import fake_class_registry as registry
+    from torch.export import _trace
+
+    if getattr(_trace._strict_export, "_torch_monitor_real_objects", False):
+        return
+    prefix = f"__torch__.torch.classes.{namespace}."
+    attribute = "_torch_monitor_real_object"
+
+    def ours(fake) -> bool:
+        return isinstance(fake, registry.FakeScriptObject) and object.__getattribute__(
+            fake, "script_class_name"
+        ).startswith(prefix)
+
+    to_fake = registry.maybe_to_fake_obj
+
+    def maybe_to_fake_obj(fake_mode, x):
+        fake = to_fake(fake_mode, x)
+        if ours(fake):
+            # FakeScriptObject forbids setattr; its __deepcopy__ carries this over.
+            object.__setattr__(fake, attribute, weakref.ref(x))
+        return fake
+
+    strict_export = _trace._strict_export
+
+    def real_object(fake):
+        ref = object.__getattribute__(fake, "__dict__").get(attribute)
+        real = ref() if ref is not None else None
+        if real is None:
+            raise RuntimeError(
+                "torch_monitor: strict torch.export produced a fake "
+                f"{object.__getattribute__(fake, 'script_class_name')} whose real "
+                "object is unknown or gone; export with strict=False instead."
+            )
+        return real
+
+    def _strict_export(*args, **kwargs):
+        artifact = strict_export(*args, **kwargs)
+        constants = artifact.aten.constants
+        for name, value in constants.items():
+            if ours(value):
+                constants[name] = real_object(value)
+        return artifact
+
+    _strict_export._torch_monitor_real_objects = True
+    # The unpatched functions, for the test that checks torch still needs this.
+    _strict_export._torch_monitor_unpatched = (strict_export, to_fake)
+    registry.maybe_to_fake_obj = maybe_to_fake_obj
+    _trace._strict_export = _strict_export
 
 
 def add_source_to_linecache(filename: str, source: str) -> None:
