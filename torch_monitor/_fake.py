@@ -113,4 +113,5 @@ def make_traceable(module) -> tuple:
             if schema.name != "__init__" and not hasattr(face, schema.name):
                 setattr(face, schema.name, _torchscript_method(schema.name))
     _torch_internals.run_torchbind_methods_on(faces)
+    _torch_internals.pass_any_arguments_to_aoti_proxy_executor()
     return faces
