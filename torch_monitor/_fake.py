@@ -115,4 +115,5 @@ def make_traceable(module) -> tuple:
             if schema.name != "__init__" and not hasattr(face, schema.name):
                 setattr(face, schema.name, _torchscript_method(schema.name))
     _internals.run_torchbind_methods_on(faces)
+    _internals.pass_any_arguments_to_aoti_proxy_executor()
     return faces

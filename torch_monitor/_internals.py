@@ -8,7 +8,11 @@ package calls these functions, never ``torch._*`` itself. (The C++ binding's
 counterpart is ``csrc/python/pybind_internals.h``.)
 """
 
+import copy
+import importlib.abc
+import importlib.util
 import linecache
+import sys
 import weakref
 from typing import Dict, List
 
@@ -154,6 +158,97 @@ def keep_real_objects_in_strict_export(namespace: str) -> None:
     _strict_export._torch_monitor_unpatched = (strict_export, to_fake)
     registry.maybe_to_fake_obj = maybe_to_fake_obj
     _trace._strict_export = _strict_export
+
+
+_CPP_WRAPPER = "torch._inductor.codegen.cpp_wrapper_cpu"
+_OUR_CLASSES = "__torch__.torch.classes.torch_monitor."
+
+
+def pass_any_arguments_to_aoti_proxy_executor() -> None:
+    """Makes AOTInductor pass tensors and ints given to our ``Any`` parameters.
+
+    ``Stat.add(value)`` and ``DifferenceMonitor.before/after(value, ...)``
+    take ``Any`` (a number or a tensor). AOTInductor's C++ wrapper codegen
+    (``CppWrapperCpu.generate_extern_kernel_args_decl_if_needed``, torch
+    2.13) treats an ``Any`` argument as static and passes nothing at run
+    time, while the proxy executor that runs the call reads a tensor or an
+    int given to ``Any`` from the run-time arrays: it reads past an empty
+    array and the process crashes. Here the codegen sees ``Tensor`` or
+    ``int`` for such an argument of a torch_monitor method, as the executor
+    expects. Importing that codegen module costs seconds, so the patch waits
+    for the first import of it.
+    """
+    module = sys.modules.get(_CPP_WRAPPER)
+    if module is not None:
+        _patch_cpp_wrapper(module)
+    elif not any(isinstance(f, _PatchCppWrapperOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchCppWrapperOnImport())
+
+
+class _PatchCppWrapperOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != _CPP_WRAPPER:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            _patch_cpp_wrapper(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _patch_cpp_wrapper(module) -> None:
+    from torch._higher_order_ops.torchbind import CallTorchBind
+
+    wrapper = module.CppWrapperCpu
+    original = wrapper.generate_extern_kernel_args_decl_if_needed
+    if getattr(original, "_torch_monitor", False):
+        return
+
+    def generate(self, op_overload, raw_args, output_args, raw_outputs):
+        if isinstance(op_overload, CallTorchBind):
+            op_overload = _with_dynamic_any_arguments(op_overload, raw_args)
+        return original(self, op_overload, raw_args, output_args, raw_outputs)
+
+    generate._torch_monitor = True
+    wrapper.generate_extern_kernel_args_decl_if_needed = generate
+
+
+def _with_dynamic_any_arguments(call_torchbind, raw_args):
+    """``call_torchbind`` whose schema for these arguments says ``Tensor`` or
+    ``int`` where our method says ``Any`` and gets a buffer or an int."""
+    from torch._inductor import ir
+
+    schema = call_torchbind.schema(raw_args[0], raw_args[1])
+    if not str(schema.arguments[0].type).startswith(_OUR_CLASSES):
+        return call_torchbind
+    arguments = []
+    for argument, value in zip(schema.arguments, raw_args):
+        kind = None
+        if str(argument.type) == "Any":
+            if isinstance(value, (ir.Buffer, ir.ReinterpretView)):
+                kind = torch.TensorType.get()
+            elif isinstance(value, int) and not isinstance(value, bool):
+                kind = torch.IntType.get()
+        if kind is not None:
+            argument = torch._C.Argument(
+                argument.name, kind, argument.N, argument.default_value,
+                argument.kwarg_only, argument.alias_info,
+            )
+        arguments.append(argument)
+    arguments += schema.arguments[len(arguments):]
+    # Methods of custom classes take no varargs and return no varret.
+    typed = torch._C.FunctionSchema(
+        schema.name, schema.overload_name, arguments, schema.returns, False, False
+    )
+    # A copy: the shared operator keeps its own schema for every other call.
+    patched = copy.copy(call_torchbind)
+    patched.schema = lambda obj, method: typed
+    return patched
 
 
 def add_source_to_linecache(filename: str, source: str) -> None:
