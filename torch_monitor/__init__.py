@@ -43,6 +43,7 @@ from ._C import (  # noqa: E402
     unregister_event_handler,
 )
 from . import _fake  # noqa: E402,F401  (fake classes for torch.compile/export)
+from . import _events  # noqa: E402,F401  (log_event(name, data), traceable)
 from .tensorboard_handler import TensorboardEventHandler  # noqa: E402
 from .reducers import *  # noqa: E402,F401,F403
 from .reducers import __all__ as _reducers_all  # noqa: E402

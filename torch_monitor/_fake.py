@@ -36,6 +36,16 @@ class FakeObject:
     def __repr__(self) -> str:
         return f"Fake{self._class_name}({self._config})"
 
+    def __getattr__(self, name: str) -> Any:
+        # Dynamo reads every flattened key as an attribute of the fake
+        # (looking for symbolic sizes in it); methods are found before this.
+        try:
+            return self.__dict__["_config"][name]
+        except KeyError:
+            raise AttributeError(
+                f"Fake{self._class_name} has no attribute {name!r}"
+            ) from None
+
 
 def _unflatten(cls, flattened: Tuple[Tuple[str, Any], ...]) -> FakeObject:
     return cls(dict(flattened))
@@ -117,3 +127,14 @@ def make_traceable(module) -> tuple:
     _internals.run_torchbind_methods_on(faces)
     _internals.pass_any_arguments_to_aoti_proxy_executor()
     return faces
+
+
+# The op of log_event(name, data) (see _events): it returns nothing, and runs
+# as an ordered side effect, so compiled and exported graphs keep it, in
+# order. The C++ definition names this module (m.set_python_module).
+@torch.library.register_fake("torch_monitor::log_event_values")
+def _log_event_values_fake(name, keys, values, text_keys, texts):
+    return None
+
+
+_internals.mark_ordered_effect("torch_monitor::log_event_values")

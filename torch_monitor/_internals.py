@@ -40,6 +40,16 @@ def register_fake_class(qualname: str, fake_class: type) -> None:
     torch._library.register_fake_class(qualname, fake_class)
 
 
+def mark_ordered_effect(qualname: str) -> None:
+    """Marks an op that returns nothing as an ordered side effect, so that
+    compiled and exported graphs keep it (and in order) rather than remove
+    it as dead code. ``torch.library._register_effectful_op`` is the only
+    way to say so for an op defined in C++."""
+    from torch._library.effects import EffectType
+
+    torch.library._register_effectful_op(qualname, EffectType.ORDERED)
+
+
 def run_torchbind_methods_on(face_types: tuple) -> None:
     """Lets compiled and exported graphs call methods of our Python faces.
 

@@ -1,7 +1,9 @@
 """Native event sinks: TensorBoard event files, JSON Lines, console, memory.
 
-Each class here is a C++ event handler from ``libtorch_monitor`` (the same
-objects a C++ program or TorchScript code gets). ``register_event_handler``
+Each class here is a C++ event handler from ``libtorch_monitor``: a
+``torch.ScriptObject`` that is the very ``torch.classes.torch_monitor``
+object TorchScript code gets, so modules holding one script, compile and
+export (docs/pt2.md). ``register_event_handler``
 registers them directly, so events reach them without touching Python or
 the GIL::
 

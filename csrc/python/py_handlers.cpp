@@ -88,6 +88,11 @@ struct EventHandlerHandle {
 // torch_monitor.Event, set by initHandlers (after initEvent).
 PyTypeObject* eventType = nullptr;
 
+// log_event's other forms (log_event(name, data), keyword arguments), set by
+// torch_monitor._events: one Python function that checks and explains, and
+// that torch.compile and torch.export trace in place of this one.
+PyObject* logEventOtherForms = nullptr;
+
 // log_event(event) as a raw CPython function: through pybind11, the call and
 // its type lookups cost about as much as torch.monitor's whole log_event;
 // with no handler registered this returns after a type check and one load.
@@ -97,16 +102,25 @@ PyObject* fastLogEvent(
     Py_ssize_t nargs,
     PyObject* kwnames) {
   const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-  if (nargs + nkw != 1 ||
-      (nkw == 1 &&
-       PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "event") !=
-           0)) {
+  bool knownKeywords = true;
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    PyObject* keyword = PyTuple_GET_ITEM(kwnames, i);
+    knownKeywords = knownKeywords &&
+        (PyUnicode_CompareWithASCIIString(keyword, "event") == 0 ||
+         PyUnicode_CompareWithASCIIString(keyword, "data") == 0);
+  }
+  if (nargs + nkw < 1 || nargs + nkw > 2 || !knownKeywords) {
     PyErr_SetString(
-        PyExc_TypeError, "log_event() takes exactly one argument, the event");
+        PyExc_TypeError,
+        "log_event() takes exactly one argument (an Event) or two (a name "
+        "and a dict of values: log_event(name, {'loss': loss}))");
     return nullptr;
   }
   PyObject* pyEvent = args[0];
-  if (!PyObject_TypeCheck(pyEvent, eventType)) {
+  if (nargs != 1 || nkw != 0 || !PyObject_TypeCheck(pyEvent, eventType)) {
+    if (logEventOtherForms != nullptr) {
+      return PyObject_Vectorcall(logEventOtherForms, args, nargs, kwnames);
+    }
     PyErr_Format(
         PyExc_TypeError,
         "log_event expects a torch_monitor.Event, got %s",
@@ -227,8 +241,11 @@ void initHandlers(py::module_& m) {
       reinterpret_cast<PyCFunction>(
           reinterpret_cast<void (*)()>(&fastLogEvent)),
       METH_FASTCALL | METH_KEYWORDS,
-      "log_event(event)\n--\n\n"
-      "Calls every registered handler with the event, in registration order"};
+      "log_event(event, data=None)\n--\n\n"
+      "log_event(event) calls every registered handler with the event, in "
+      "registration order; log_event(name, data) logs an event named `name` "
+      "holding `data` (numbers, one-element tensors, strings), also from "
+      "code that torch.compile or torch.export traces"};
   PyObject* logEventFunction =
       PyCFunction_NewEx(&logEventDef, nullptr, m.attr("__name__").ptr());
   if (logEventFunction == nullptr ||
@@ -236,6 +253,16 @@ void initHandlers(py::module_& m) {
     Py_XDECREF(logEventFunction);
     throw py::error_already_set();
   }
+
+  m.def(
+      "_set_log_event_other_forms",
+      [](py::object function) {
+        Py_XDECREF(logEventOtherForms);
+        logEventOtherForms = function.release().ptr(); // lives as the module
+      },
+      py::arg("function"),
+      "Sets the function that handles log_event's forms other than "
+      "log_event(event) (used by torch_monitor._events)");
 
   m.def(
       "_unregister_python_handlers",

@@ -1,7 +1,7 @@
-// Python classes for the native sinks (the public, documented classes are
-// the subclasses in torch_monitor/sinks.py), and the lookup that lets
-// register_event_handler take a native sink without a Python callable in
-// the event path.
+// Python faces of the sink classes torch.classes.torch_monitor.* (the
+// public, documented classes are the subclasses in torch_monitor/sinks.py),
+// and the lookup that lets register_event_handler take a native sink without
+// a Python callable in the event path.
 
 #include "py_common.h"
 
@@ -79,16 +79,75 @@ class WarningsToPython : public c10::WarningHandler {
   std::vector<std::string> messages_;
 };
 
-template <typename S, typename... Args>
-std::shared_ptr<S> makeSink(Args&&... args) {
-  return WarningsToPython::run(
-      [&] { return std::make_shared<S>(std::forward<Args>(args)...); });
+// The Python face of a sink: a torch.ScriptObject wrapping the
+// torch.classes.torch_monitor object of the same name, so that Python,
+// TorchScript, torch.compile and torch.export all see one object; the
+// Python methods reach the C++ sink directly.
+// Thread safety: as the sink.
+struct PySink : torch::jit::Object {
+  explicit PySink(const c10::IValue& object)
+      : torch::jit::Object(object.toObject()),
+        sink(script::ScriptSinkHolder::sinkOf(object)) {
+    TORCH_INTERNAL_ASSERT(sink != nullptr, "not a sink object");
+  }
+  std::shared_ptr<Sink> sink;
+};
+
+// The face of one kind of sink. Thread safety: as S.
+template <typename S>
+struct PyTypedSink : PySink {
+  explicit PyTypedSink(const c10::IValue& object)
+      : PySink(object), typed(dynamic_cast<S*>(sink.get())) {
+    TORCH_INTERNAL_ASSERT(typed != nullptr, "wrong sink class");
+  }
+  S* typed;
+};
+
+// Makes a face around new(args...) (a script::new<Sink> factory), turning
+// the warnings of the constructor (an unwritable directory) into Python's.
+template <typename S, typename New, typename... Args>
+std::unique_ptr<PyTypedSink<S>> makeFace(New make, Args&&... args) {
+  return WarningsToPython::run([&] {
+    return std::make_unique<PyTypedSink<S>>(
+        make(std::forward<Args>(args)...));
+  });
 }
 
-size_t bufferBytes(int64_t bytes) {
-  TORCH_CHECK_VALUE(
-      bytes > 0, "max_buffer_bytes must be positive, got ", bytes);
-  return static_cast<size_t>(bytes);
+// A sink stands for its output (a file, a stream, a buffer), like a
+// logging.Logger: a copy of it, or of a module holding it, is the same sink
+// (a second one would start a second file or an empty buffer), which also
+// lets PyTorch 2 tracing, which deep-copies the objects it traces, see the
+// very sink it will run. Pickling is refused: torch.ScriptObject's own would
+// rebuild a bare ScriptObject.
+void shareCopies(py::handle cls) {
+  py::setattr(
+      cls,
+      "__copy__",
+      py::cpp_function(
+          [](py::object self) { return self; },
+          py::name("__copy__"),
+          py::is_method(cls)));
+  py::setattr(
+      cls,
+      "__deepcopy__",
+      py::cpp_function(
+          [](py::object self, py::handle /*memo*/) { return self; },
+          py::name("__deepcopy__"),
+          py::is_method(cls)));
+  py::setattr(
+      cls,
+      "__reduce_ex__",
+      py::cpp_function(
+          [](py::handle self, py::handle /*protocol*/) {
+            throw py::type_error(
+                std::string("a ") + Py_TYPE(self.ptr())->tp_name +
+                " cannot be pickled: it stands for an output of this "
+                "process; make a new one with the same arguments "
+                "(TorchScript and torch.export archives save its "
+                "configuration)");
+          },
+          py::name("__reduce_ex__"),
+          py::is_method(cls)));
 }
 
 // An event carrying raw bytes (invalid UTF-8 included), which Python str
@@ -114,97 +173,121 @@ void logRawEvent(const py::bytes& name, const py::dict& data) {
   torch_monitor::detail::dispatchEvent(event);
 }
 
+// self == other: whether other is an object of a sink class holding the
+// same sink; NotImplemented for anything else.
+py::object sameSink(const PySink& self, py::handle other) {
+  if (!py::isinstance<torch::jit::Object>(other)) {
+    return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  }
+  return py::bool_(nativeEventHandler(other) == self.sink);
+}
+
 } // namespace
 
 std::shared_ptr<EventHandler> nativeEventHandler(py::handle obj) {
-  if (py::isinstance<EventHandler>(obj)) {
-    return obj.cast<std::shared_ptr<EventHandler>>();
-  }
-  // A torch.classes.torch_monitor sink (e.g. read back from a scripted
-  // module): a ScriptObject whose one slot is the C++ holder.
+  // A sink's Python face, or a torch.classes.torch_monitor sink (e.g. read
+  // back from a scripted module): both are ScriptObjects of a sink class.
   if (py::isinstance<torch::jit::Object>(obj)) {
-    const auto object = obj.cast<torch::jit::Object>()._ivalue();
-    if (object->slots().size() == 1 && object->getSlot(0).isCapsule()) {
-      const auto capsule = object->getSlot(0).toCapsule();
-      if (const auto* holder =
-              dynamic_cast<const script::ScriptSinkHolder*>(capsule.get())) {
-        return holder->sink();
-      }
-    }
+    return script::ScriptSinkHolder::sinkOf(
+        c10::IValue(obj.cast<torch::jit::Object>()._ivalue()));
   }
   return nullptr;
 }
 
 void initSinks(py::module_& m) {
-  py::class_<EventHandler, std::shared_ptr<EventHandler>>(
-      m,
-      "_NativeEventHandler",
-      "An event handler implemented in C++: registered without any Python "
-      "in the event path");
-
-  py::class_<Sink, EventHandler, std::shared_ptr<Sink>>(m, "_Sink")
-      .def(
+  // Everything the Python classes offer is defined here or forwarded to the
+  // TorchScript methods by torch_monitor._fake.make_traceable; the
+  // TorchScript names of the shared methods (closed(), dropped(), ...) are
+  // properties in Python, as the documented API has them.
+  py::class_<PySink, torch::jit::Object> sink(m, "_Sink");
+  sink.def(
           "register",
-          [](Sink& self) { self.registerSelf(); },
+          [](PySink& self) { self.sink->registerSelf(); },
           "Registers this sink as an event handler; a no-op while registered")
       .def(
           "unregister",
-          [](Sink& self) { self.unregisterSelf(); },
+          [](PySink& self) { self.sink->unregisterSelf(); },
           "Undoes register()")
       .def_property_readonly(
           "registered",
-          [](const Sink& self) { return self.registeredSelf(); },
+          [](const PySink& self) { return self.sink->registeredSelf(); },
           "Whether register() (or `with`) registered it")
       .def(
           "flush",
-          [](Sink& self) { WarningsToPython::run([&] { self.flush(); }); },
+          [](PySink& self) { WarningsToPython::run([&] { self.sink->flush(); }); },
           "Writes what is buffered now, on the calling thread")
       .def(
           "close",
-          [](Sink& self) { WarningsToPython::run([&] { self.close(); }); },
+          [](PySink& self) { WarningsToPython::run([&] { self.sink->close(); }); },
           "Unregisters (what register() did), flushes and releases the "
           "output; later events are ignored")
-      .def_property_readonly("closed", &Sink::closed)
+      .def_property_readonly(
+          "closed", [](const PySink& self) { return self.sink->closed(); })
       .def_property_readonly(
           "dropped",
-          &Sink::dropped,
+          [](const PySink& self) { return self.sink->dropped(); },
           "Events or values lost: buffer full, failing output, overwritten")
       .def_property_readonly(
           "problems",
-          &Sink::problems,
+          [](const PySink& self) { return self.sink->problems(); },
           "The distinct problems warned about so far")
       .def(
           "__enter__",
           [](py::object self) {
-            self.cast<Sink&>().registerSelf();
+            self.cast<PySink&>().sink->registerSelf();
             return self;
           })
       .def(
           "__exit__",
-          [](Sink& self, py::handle, py::handle, py::handle) {
-            WarningsToPython::run([&] { self.close(); });
+          [](PySink& self, py::handle, py::handle, py::handle) {
+            WarningsToPython::run([&] { self.sink->close(); });
             return false;
           })
-      .def("__repr__", [](const Sink& self) {
-        return self.description();
+      .def("__repr__", [](const PySink& self) {
+        return self.sink->description();
+      })
+      // torch.ScriptObject's __str__ would name the TorchScript class only.
+      .def(
+          "__str__",
+          [](const PySink& self) { return self.sink->description(); })
+      // torch.ScriptObject's __eq__ raises for a class without one, and
+      // strict torch.export compares the objects it lifts: two objects are
+      // equal when they hold the same sink.
+      .def(
+          "__eq__",
+          [](const PySink& self, py::handle other) {
+            return sameSink(self, other);
+          })
+      .def(
+          "__ne__",
+          [](const PySink& self, py::handle other) -> py::object {
+            py::object same = sameSink(self, other);
+            if (same.is(py::handle(Py_NotImplemented))) {
+              return same;
+            }
+            return py::bool_(!same.cast<bool>());
+          })
+      .def("__hash__", [](const PySink& self) {
+        return std::hash<const Sink*>{}(self.sink.get());
       });
+  shareCopies(sink);
 
-  py::class_<TensorBoardWriter, Sink, std::shared_ptr<TensorBoardWriter>>(
-      m, "_TensorBoardWriter")
+  using TensorBoardFace = PyTypedSink<TensorBoardWriter>;
+  py::class_<TensorBoardFace, PySink> tensorBoard(m, "_TensorBoardWriter");
+  tensorBoard
       .def(
           py::init([](std::string logdir,
                       double flushInterval,
                       int64_t maxBufferBytes,
                       std::vector<std::string> eventNames,
                       std::string stepKey) {
-            sinks::TensorBoardWriterOptions options;
-            options.flushInterval =
-                sinks::flushIntervalFromSeconds(flushInterval);
-            options.maxBufferBytes = bufferBytes(maxBufferBytes);
-            options.eventNames = std::move(eventNames);
-            options.stepKey = std::move(stepKey);
-            return makeSink<TensorBoardWriter>(
-                std::move(logdir), std::move(options));
+            return makeFace<TensorBoardWriter>(
+                &script::newTensorBoardWriter,
+                std::move(logdir),
+                flushInterval,
+                maxBufferBytes,
+                std::move(eventNames),
+                std::move(stepKey));
           }),
           py::arg("log_dir"),
           py::arg("flush_interval"),
@@ -213,12 +296,12 @@ void initSinks(py::module_& m) {
           py::arg("step_key"))
       .def(
           "add_scalar",
-          [](TensorBoardWriter& self,
+          [](TensorBoardFace& self,
              const std::string& tag,
              double value,
              int64_t step,
              std::optional<double> wallTime) {
-            self.addScalar(
+            self.typed->addScalar(
                 tag,
                 value,
                 step,
@@ -228,81 +311,93 @@ void initSinks(py::module_& m) {
           py::arg("scalar_value"),
           py::arg("global_step"),
           py::arg("walltime") = py::none())
-      .def_property_readonly("log_dir", &TensorBoardWriter::logdir)
-      .def_property_readonly("file_path", &TensorBoardWriter::filePath)
+      .def_property_readonly(
+          "log_dir",
+          [](const TensorBoardFace& self) { return self.typed->logdir(); })
+      .def_property_readonly(
+          "file_path",
+          [](const TensorBoardFace& self) { return self.typed->filePath(); })
       .def_property_readonly(
           "flush_interval",
-          [](const TensorBoardWriter& self) {
-            return self.options().flushInterval.count() / 1000.0;
+          [](const TensorBoardFace& self) {
+            return self.typed->options().flushInterval.count() / 1000.0;
           })
-      .def_property_readonly("event_names", [](const TensorBoardWriter& self) {
-        return self.options().eventNames;
+      .def_property_readonly("event_names", [](const TensorBoardFace& self) {
+        return self.typed->options().eventNames;
       });
+  markFace(tensorBoard, "TensorBoardWriter");
 
-  py::class_<JsonLinesWriter, Sink, std::shared_ptr<JsonLinesWriter>>(
-      m, "_JsonLinesWriter")
+  using JsonLinesFace = PyTypedSink<JsonLinesWriter>;
+  py::class_<JsonLinesFace, PySink> jsonLines(m, "_JsonLinesWriter");
+  jsonLines
       .def(
           py::init([](std::string path,
                       double flushInterval,
                       int64_t maxBufferBytes,
                       std::vector<std::string> eventNames,
                       bool append) {
-            sinks::JsonLinesWriterOptions options;
-            options.flushInterval =
-                sinks::flushIntervalFromSeconds(flushInterval);
-            options.maxBufferBytes = bufferBytes(maxBufferBytes);
-            options.eventNames = std::move(eventNames);
-            options.append = append;
-            return makeSink<JsonLinesWriter>(
-                std::move(path), std::move(options));
+            return makeFace<JsonLinesWriter>(
+                &script::newJsonLinesWriter,
+                std::move(path),
+                flushInterval,
+                maxBufferBytes,
+                std::move(eventNames),
+                append);
           }),
           py::arg("path"),
           py::arg("flush_interval"),
           py::arg("max_buffer_bytes"),
           py::arg("event_names"),
           py::arg("append").noconvert()) // a str is not a bool
-      .def_property_readonly("path", &JsonLinesWriter::path);
+      .def_property_readonly(
+          "path", [](const JsonLinesFace& self) { return self.typed->path(); });
+  markFace(jsonLines, "JsonLinesWriter");
 
-  py::class_<ConsoleHandler, Sink, std::shared_ptr<ConsoleHandler>>(
-      m, "_ConsoleHandler")
+  using ConsoleFace = PyTypedSink<ConsoleHandler>;
+  py::class_<ConsoleFace, PySink> console(m, "_ConsoleHandler");
+  console
       .def(
           py::init([](const std::string& stream,
                       std::vector<std::string> eventNames) {
-            return makeSink<ConsoleHandler>(
-                sinks::consoleStreamFromName(stream), std::move(eventNames));
+            return makeFace<ConsoleHandler>(
+                &script::newConsoleHandler, stream, std::move(eventNames));
           }),
           py::arg("stream"),
           py::arg("event_names"))
-      .def_property_readonly("stream", [](const ConsoleHandler& self) {
-        return std::string(sinks::consoleStreamName(self.stream()));
+      .def_property_readonly("stream", [](const ConsoleFace& self) {
+        return std::string(sinks::consoleStreamName(self.typed->stream()));
       });
+  markFace(console, "ConsoleHandler");
 
-  py::class_<MemoryHandler, Sink, std::shared_ptr<MemoryHandler>>(
-      m, "_MemoryHandler")
+  using MemoryFace = PyTypedSink<MemoryHandler>;
+  py::class_<MemoryFace, PySink> memory(m, "_MemoryHandler");
+  memory
       .def(
           py::init([](int64_t capacity, std::vector<std::string> eventNames) {
-            TORCH_CHECK_VALUE(
-                capacity > 0,
-                "MemoryHandler: capacity must be at least 1, got ",
-                capacity);
-            return makeSink<MemoryHandler>(
-                static_cast<size_t>(capacity), std::move(eventNames));
+            return makeFace<MemoryHandler>(
+                &script::newMemoryHandler, capacity, std::move(eventNames));
           }),
           py::arg("capacity"),
           py::arg("event_names"))
       .def(
           "events",
-          [](const MemoryHandler& self) {
+          [](const MemoryFace& self) {
             py::list out;
-            for (Event& event : self.events()) {
+            for (Event& event : self.typed->events()) {
               out.append(py::cast(std::move(event)));
             }
             return out;
           },
           "A list of the events held, oldest first")
-      .def("clear", &MemoryHandler::clear, "Forgets every event held")
-      .def("__len__", &MemoryHandler::size)
-      .def_property_readonly("capacity", &MemoryHandler::capacity);
+      .def(
+          "clear",
+          [](MemoryFace& self) { self.typed->clear(); },
+          "Forgets every event held")
+      .def("__len__", [](const MemoryFace& self) { return self.typed->size(); })
+      .def_property_readonly("capacity", [](const MemoryFace& self) {
+        return self.typed->capacity();
+      });
+  markFace(memory, "MemoryHandler");
 
   m.def(
       "_sinks_set_write_error",

@@ -1,5 +1,7 @@
 #include <torch_monitor/script/script_event.h>
 
+#include <ATen/core/Tensor.h>
+
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/script/registration.h>
@@ -22,6 +24,78 @@ void defineSetter(
     }
     self->event().data[std::move(key)] = data_value_t(std::move(value));
   });
+}
+
+// One value of log_event_values: a one-element tensor read when the op runs
+// (checked by the caller); its dtype says which Event value type it becomes.
+data_value_t valueOfTensor(const at::Tensor& tensor, const std::string& key) {
+  const c10::Scalar value = tensor.item();
+  if (value.isBoolean()) {
+    return value.toBool();
+  }
+  if (value.isIntegral(/*includeBool=*/false)) {
+    return value.toLong();
+  }
+  TORCH_CHECK_TYPE(
+      value.isFloatingPoint(),
+      "log_event: the value of '",
+      key,
+      "' must be a real number, got a ",
+      tensor.scalar_type(),
+      " tensor");
+  return value.toDouble();
+}
+
+// The kernel of log_event_values: the traceable log_event (PyTorch 2 cannot
+// build an Event object inside traced code, but can pass tensors and
+// strings to an op). The event is stamped when the op runs.
+void logEventValues(
+    const std::string& name,
+    const std::vector<std::string>& keys,
+    at::TensorList values,
+    const std::vector<std::string>& textKeys,
+    const std::vector<std::string>& texts) {
+  TORCH_CHECK_VALUE(
+      keys.size() == values.size() && textKeys.size() == texts.size(),
+      "log_event_values: got ",
+      keys.size(),
+      " keys for ",
+      values.size(),
+      " values and ",
+      textKeys.size(),
+      " text keys for ",
+      texts.size(),
+      " texts; each key needs exactly one value");
+  // Everything but the values' contents is checked with or without
+  // handlers, so that a mistake shows at once.
+  detail::checkText(name, "Event name");
+  for (size_t i = 0; i < keys.size(); ++i) {
+    detail::checkText(keys[i], "Event data key");
+    TORCH_CHECK_VALUE(
+        values[i].numel() == 1,
+        "log_event: the value of '",
+        keys[i],
+        "' must be a number or a one-element tensor, got a tensor of ",
+        values[i].numel(),
+        " elements (log a reduction such as t.mean(), or each element)");
+  }
+  for (size_t i = 0; i < textKeys.size(); ++i) {
+    detail::checkText(textKeys[i], "Event data key");
+    detail::checkText(texts[i], "Event data['" + textKeys[i] + "']");
+  }
+  if (!hasEventHandlers()) {
+    return; // nothing reads it: skip the reads (a sync on CUDA)
+  }
+  Event event;
+  event.name = name;
+  event.timestamp = std::chrono::system_clock::now();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    event.data[keys[i]] = valueOfTensor(values[i], keys[i]);
+  }
+  for (size_t i = 0; i < textKeys.size(); ++i) {
+    event.data[textKeys[i]] = texts[i];
+  }
+  detail::dispatchEvent(event);
 }
 
 } // namespace
@@ -139,6 +213,21 @@ void registerEventClassAndOps(torch::Library& m) {
         // Every string was checked as it was set.
         detail::dispatchEvent(event->event());
       });
+
+  // The fake kernel (no outputs) and the ordered-effect mark that keeps the
+  // op in compiled and exported graphs are registered by this module; the
+  // setting also serves the ops defined after this one.
+  m.set_python_module("torch_monitor._fake");
+  m.def(torch::schema(
+      "log_event_values(str name, str[] keys, Tensor[] values, "
+      "str[] text_keys, str[] texts) -> ()",
+      c10::AliasAnalysisKind::CONSERVATIVE)); // as log_event, for the JIT
+  // A kernel for every backend, and one that runs even when no argument is
+  // a tensor (an event of text values only).
+  m.impl(
+      "log_event_values",
+      c10::DispatchKey::CompositeExplicitAutograd,
+      TORCH_FN(logEventValues));
 }
 
 } // namespace torch_monitor::script

@@ -1,10 +1,14 @@
 #include <torch_monitor/script/script_sinks.h>
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+
+#include <torch_monitor/script/flatten.h>
 #include <torch_monitor/script/registration.h>
 #include <torch_monitor/script/script_event.h>
 #include <torch_monitor/sinks/sinks.h>
@@ -12,6 +16,20 @@
 namespace torch_monitor::script {
 
 ScriptSinkHolder::~ScriptSinkHolder() = default;
+
+std::shared_ptr<sinks::Sink> ScriptSinkHolder::sinkOf(const c10::IValue& object) {
+  // A custom-class object's one slot is a capsule holding the C++ object.
+  if (!object.isObject()) {
+    return nullptr;
+  }
+  const auto& slots = object.toObjectRef().slots();
+  if (slots.size() != 1 || !slots[0].isCapsule()) {
+    return nullptr;
+  }
+  const auto capsule = slots[0].toCapsule();
+  const auto* holder = dynamic_cast<const ScriptSinkHolder*>(capsule.get());
+  return holder == nullptr ? nullptr : holder->sink();
+}
 
 namespace {
 
@@ -51,6 +69,40 @@ size_t bufferBytes(int64_t bytes) {
   TORCH_CHECK_VALUE(
       bytes > 0, "max_buffer_bytes must be positive, got ", bytes);
   return static_cast<size_t>(bytes);
+}
+
+// add_scalar's value or step: a number, or a one-element tensor read when
+// the call runs, so that compiled and exported code can pass what it
+// computed.
+c10::Scalar scalarArgument(const c10::IValue& v, const char* what) {
+  if (v.isTensor()) {
+    const at::Tensor& tensor = v.toTensor();
+    TORCH_CHECK_VALUE(
+        tensor.numel() == 1,
+        "TensorBoardWriter.add_scalar: ",
+        what,
+        " must be a number or a one-element tensor, got a tensor of ",
+        tensor.numel(),
+        " elements");
+    return tensor.item();
+  }
+  TORCH_CHECK_TYPE(
+      v.isDouble() || v.isInt() || v.isBool(),
+      "TensorBoardWriter.add_scalar: ",
+      what,
+      " must be a number or a one-element tensor, got ",
+      v.tagKind());
+  return v.toScalar();
+}
+
+// The configuration every buffered file sink shares (never its counters:
+// see defineFlatten).
+template <typename Options>
+Config fileSinkConfig(const Options& o) {
+  return Config{
+      {"flush_interval", secondsOf(o.flushInterval)},
+      {"max_buffer_bytes", static_cast<int64_t>(o.maxBufferBytes)},
+      {"event_names", o.eventNames}};
 }
 
 // The methods every sink class has.
@@ -138,6 +190,15 @@ Self<TensorBoardWriter> makeTensorBoardWriter(
 void registerTensorBoardWriter(torch::Library& m) {
   using S = TensorBoardWriter;
   auto cls = m.class_<ScriptSink<S>>("TensorBoardWriter");
+  defineFlatten(cls, [](ScriptSink<S>& self) {
+    Config config{
+        {"log_dir", self.get().logdir()},
+        {"step_key", self.get().options().stepKey}};
+    for (auto& item : fileSinkConfig(self.get().options())) {
+      config.push_back(std::move(item));
+    }
+    return config;
+  });
   cls.def(
       torch::init(&makeTensorBoardWriter),
       "TensorBoardWriter(log_dir, flush_interval=1.0, max_buffer_bytes=32 MiB, "
@@ -153,16 +214,23 @@ void registerTensorBoardWriter(torch::Library& m) {
           "add_scalar",
           [](const Self<S>& self,
              std::string tag,
-             double value,
-             int64_t step,
+             c10::IValue value,
+             c10::IValue step,
              std::optional<double> wallTime) {
+            const c10::Scalar stepScalar = scalarArgument(step, "step");
+            TORCH_CHECK_TYPE(
+                !stepScalar.isFloatingPoint(),
+                "TensorBoardWriter.add_scalar: step must be an int (or a "
+                "one-element integer tensor), got ",
+                stepScalar.toDouble());
             self->get().addScalar(
                 tag,
-                value,
-                step,
+                scalarArgument(value, "value").toDouble(),
+                stepScalar.toLong(),
                 wallTime.value_or(std::numeric_limits<double>::quiet_NaN()));
           },
-          "Writes one point; wall_time None means now",
+          "Writes one point; value and step are numbers or one-element "
+          "tensors (read when the call runs); wall_time None means now",
           {torch::arg("tag"),
            torch::arg("value"),
            torch::arg("step"),
@@ -211,6 +279,15 @@ Self<JsonLinesWriter> makeJsonLinesWriter(
 void registerJsonLinesWriter(torch::Library& m) {
   using S = JsonLinesWriter;
   auto cls = m.class_<ScriptSink<S>>("JsonLinesWriter");
+  defineFlatten(cls, [](ScriptSink<S>& self) {
+    Config config{
+        {"path", self.get().path()},
+        {"append", self.get().options().append}};
+    for (auto& item : fileSinkConfig(self.get().options())) {
+      config.push_back(std::move(item));
+    }
+    return config;
+  });
   cls.def(
       torch::init(&makeJsonLinesWriter),
       "JsonLinesWriter(path, flush_interval=1.0, max_buffer_bytes=32 MiB, "
@@ -251,6 +328,11 @@ Self<ConsoleHandler> makeConsoleHandler(
 void registerConsoleHandler(torch::Library& m) {
   using S = ConsoleHandler;
   auto cls = m.class_<ScriptSink<S>>("ConsoleHandler");
+  defineFlatten(cls, [](ScriptSink<S>& self) {
+    return Config{
+        {"stream", std::string(sinks::consoleStreamName(self.get().stream()))},
+        {"event_names", self.get().eventNames()}};
+  });
   cls.def(
       torch::init([](std::string stream, std::vector<std::string> names) {
         return makeConsoleHandler(stream, std::move(names));
@@ -290,6 +372,11 @@ Self<MemoryHandler> makeMemoryHandler(
 void registerMemoryHandler(torch::Library& m) {
   using S = MemoryHandler;
   auto cls = m.class_<ScriptSink<S>>("MemoryHandler");
+  defineFlatten(cls, [](ScriptSink<S>& self) {
+    return Config{
+        {"capacity", static_cast<int64_t>(self.get().capacity())},
+        {"event_names", self.get().eventNames()}};
+  });
   cls.def(
       torch::init(&makeMemoryHandler),
       "MemoryHandler(capacity=10000, event_names=[] (every event))",
@@ -333,6 +420,46 @@ void registerMemoryHandler(torch::Library& m) {
 }
 
 } // namespace
+
+c10::IValue newTensorBoardWriter(
+    std::string logdir,
+    double flushIntervalSeconds,
+    int64_t maxBufferBytes,
+    std::vector<std::string> eventNames,
+    std::string stepKey) {
+  return c10::IValue(makeTensorBoardWriter(
+      std::move(logdir),
+      flushIntervalSeconds,
+      maxBufferBytes,
+      std::move(eventNames),
+      std::move(stepKey)));
+}
+
+c10::IValue newJsonLinesWriter(
+    std::string path,
+    double flushIntervalSeconds,
+    int64_t maxBufferBytes,
+    std::vector<std::string> eventNames,
+    bool append) {
+  return c10::IValue(makeJsonLinesWriter(
+      std::move(path),
+      flushIntervalSeconds,
+      maxBufferBytes,
+      std::move(eventNames),
+      append));
+}
+
+c10::IValue newConsoleHandler(
+    const std::string& stream,
+    std::vector<std::string> eventNames) {
+  return c10::IValue(makeConsoleHandler(stream, std::move(eventNames)));
+}
+
+c10::IValue newMemoryHandler(
+    int64_t capacity,
+    std::vector<std::string> eventNames) {
+  return c10::IValue(makeMemoryHandler(capacity, std::move(eventNames)));
+}
 
 void registerSinkClasses(torch::Library& m) {
   registerTensorBoardWriter(m);

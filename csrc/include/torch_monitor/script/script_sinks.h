@@ -1,6 +1,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <torch/custom_class.h>
 
@@ -9,11 +11,12 @@
 
 namespace torch_monitor::script {
 
-// Base of the TorchScript faces of the sinks
+// Base of the custom classes of the sinks
 // (torch.classes.torch_monitor.TensorBoardWriter, JsonLinesWriter,
 // ConsoleHandler, MemoryHandler): each holds the same C++ sink object a C++
-// program would make, and the Python binding finds it through this base to
-// register a torch.classes sink without wrapping it in a Python callable.
+// program would make. The Python sink classes are faces of these objects,
+// and register_event_handler finds the sink through this base to register
+// it without wrapping it in a Python callable.
 // Thread safety: as the sink it holds.
 class TORCH_MONITOR_API ScriptSinkHolder : public torch::CustomClassHolder {
  public:
@@ -25,8 +28,34 @@ class TORCH_MONITOR_API ScriptSinkHolder : public torch::CustomClassHolder {
     return sink_;
   }
 
+  // The sink inside `object` when it is one of the sink classes' objects,
+  // nullptr for any other value.
+  static std::shared_ptr<sinks::Sink> sinkOf(const c10::IValue& object);
+
  private:
   std::shared_ptr<sinks::Sink> sink_;
 };
+
+// New objects of the sink classes, made exactly as their TorchScript
+// constructors make them (same arguments, checks and defaults); the Python
+// sink classes wrap these.
+TORCH_MONITOR_API c10::IValue newTensorBoardWriter(
+    std::string logdir,
+    double flushIntervalSeconds,
+    int64_t maxBufferBytes,
+    std::vector<std::string> eventNames,
+    std::string stepKey);
+TORCH_MONITOR_API c10::IValue newJsonLinesWriter(
+    std::string path,
+    double flushIntervalSeconds,
+    int64_t maxBufferBytes,
+    std::vector<std::string> eventNames,
+    bool append);
+TORCH_MONITOR_API c10::IValue newConsoleHandler(
+    const std::string& stream,
+    std::vector<std::string> eventNames);
+TORCH_MONITOR_API c10::IValue newMemoryHandler(
+    int64_t capacity,
+    std::vector<std::string> eventNames);
 
 } // namespace torch_monitor::script
