@@ -228,15 +228,7 @@ def test_add_scalar_compiles_without_graph_breaks_and_writes_as_eager(
     "strict",
     [
         False,
-        pytest.param(
-            True,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="strict export keeps the FakeScriptObject as the "
-                "program's constant: ep.module() fails with 'FakeScriptObject "
-                "should only exist during tracing' (as for Stat; lead's issue)",
-            ),
-        ),
+        True,
     ],
 )
 def test_add_scalar_exports_and_the_program_writes(tm, tmp_path, strict):
