@@ -129,12 +129,17 @@ def make_traceable(module) -> tuple:
     return faces
 
 
-# The op of log_event(name, data) (see _events): it returns nothing, and runs
-# as an ordered side effect, so compiled and exported graphs keep it, in
-# order. The C++ definition names this module (m.set_python_module).
-@torch.library.register_fake("torch_monitor::log_event_values")
-def _log_event_values_fake(name, keys, values, text_keys, texts):
+def _returns_nothing_fake(*args, **kwargs):
     return None
 
 
-_internals.mark_ordered_effect("torch_monitor::log_event_values")
+# The ops (log_event(Event) and log_event_values, the op of log_event(name,
+# data); see _events) return nothing: their fakes do nothing, and each runs
+# as an ordered side effect, so compiled and exported graphs keep it, in
+# order. Derived from the schemas like the classes' fakes; the C++
+# definition names this module (m.set_python_module).
+for _schema in _internals.library_op_schemas("torch_monitor"):
+    if [str(r.type) for r in _schema.returns]:
+        raise AssertionError(f"{_schema}: an op that returns something needs a real fake")
+    torch.library.register_fake(_schema.name)(_returns_nothing_fake)
+    _internals.mark_ordered_effect(_schema.name)

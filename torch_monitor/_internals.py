@@ -34,6 +34,15 @@ def custom_class_schemas(namespace: str) -> Dict[str, List["torch.FunctionSchema
     return out
 
 
+def library_op_schemas(namespace: str) -> List["torch.FunctionSchema"]:
+    """The schemas of the ops registered in ``namespace`` (``ns::name``).
+
+    Uses ``torch._C._jit_get_all_schemas`` (no public API lists a library's
+    ops); their fakes are derived from it."""
+    prefix = f"{namespace}::"
+    return [s for s in torch._C._jit_get_all_schemas() if s.name.startswith(prefix)]
+
+
 def register_fake_class(qualname: str, fake_class: type) -> None:
     """``torch._library.register_fake_class`` (the documented way to make a
     custom class traceable, still under a private module)."""

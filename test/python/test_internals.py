@@ -75,3 +75,11 @@ def test_linecache_entries_serve_inspect():
     finally:
         _internals.remove_source_from_linecache(filename)
     assert filename not in linecache.cache
+
+
+def test_library_op_schemas_lists_the_ops():
+    names = {s.name for s in _internals.library_op_schemas("torch_monitor")}
+    assert {"torch_monitor::log_event", "torch_monitor::log_event_values"} <= names, (
+        "_internals.library_op_schemas: torch._C._jit_get_all_schemas no longer "
+        "lists torch_monitor's ops"
+    )

@@ -267,3 +267,30 @@ def test_faces_offer_every_torchscript_method():
     assert stat.window_size_ms() == 3000  # forwarded TorchScript method
     stat.add(torch.tensor([1.0, 2.0, 3.0]))
     assert stat.count == 3
+
+
+# ---------------------------------------------------------------- ops
+
+
+def test_every_op_passes_opcheck():
+    """torch.library.opcheck on each torch_monitor op (schema, fake kernel,
+    dispatch); log_event_values has its own in test_pt2_sinks.py."""
+    names = {s.name for s in torch._C._jit_get_all_schemas() if s.name.startswith("torch_monitor::")}
+    assert names == {"torch_monitor::log_event", "torch_monitor::log_event_values"}, (
+        "a new op needs an opcheck here"
+    )
+    event = torch.classes.torch_monitor.Event("pt2.opcheck")
+    event.set_float("a", 1.5)
+    seen = []
+    handle = tm.register_event_handler(seen.append)
+    try:
+        # test_schema is left out: torch's schema check calls len() on every
+        # argument, which a custom-class object without __len__ refuses.
+        torch.library.opcheck(
+            torch.ops.torch_monitor.log_event.default,
+            (event,),
+            test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"),
+        )
+    finally:
+        tm.unregister_event_handler(handle)
+    assert seen and all(e.name == "pt2.opcheck" and e.data == {"a": 1.5} for e in seen)

@@ -4,6 +4,7 @@
 
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
+#include <torch_monitor/script/flatten.h>
 #include <torch_monitor/script/registration.h>
 
 namespace torch_monitor::script {
@@ -166,6 +167,11 @@ c10::intrusive_ptr<ScriptEvent> ScriptEvent::fromState(State s) {
 
 void registerEventClassAndOps(torch::Library& m) {
   auto cls = m.class_<ScriptEvent>("Event");
+  // An event is data, built and logged at run time: only its name is
+  // configuration to a trace that holds one.
+  defineFlatten(cls, [](ScriptEvent& self) {
+    return Config{{"name", self.event().name}};
+  });
   cls.def(
          torch::init([](std::string name) {
            detail::checkText(name, "Event name");
@@ -203,27 +209,27 @@ void registerEventClassAndOps(torch::Library& m) {
   defineSetter<bool>(cls, "set_bool");
   defineSetter<std::string>(cls, "set_str");
 
-  // CONSERVATIVE: the op returns nothing, and the JIT would otherwise treat
-  // it as pure and eliminate it as dead code.
-  m.def(
-      torch::schema(
-          "log_event(__torch__.torch.classes.torch_monitor.Event event) -> ()",
-          c10::AliasAnalysisKind::CONSERVATIVE),
+  // The ops' fake kernels (no outputs) and the ordered-effect marks that keep
+  // them in compiled and exported graphs are registered by this module.
+  m.set_python_module("torch_monitor._fake");
+  // CONSERVATIVE: the ops return nothing, and the JIT would otherwise treat
+  // them as pure and eliminate them as dead code. Their kernels are
+  // CompositeExplicitAutograd: one kernel for every backend, which runs even
+  // when no argument is a tensor, and which PT2 may give a fake.
+  m.def(torch::schema(
+      "log_event(__torch__.torch.classes.torch_monitor.Event event) -> ()",
+      c10::AliasAnalysisKind::CONSERVATIVE));
+  m.impl(
+      "log_event",
+      c10::DispatchKey::CompositeExplicitAutograd,
       [](const c10::intrusive_ptr<ScriptEvent>& event) {
         // Every string was checked as it was set.
         detail::dispatchEvent(event->event());
       });
-
-  // The fake kernel (no outputs) and the ordered-effect mark that keeps the
-  // op in compiled and exported graphs are registered by this module; the
-  // setting also serves the ops defined after this one.
-  m.set_python_module("torch_monitor._fake");
   m.def(torch::schema(
       "log_event_values(str name, str[] keys, Tensor[] values, "
       "str[] text_keys, str[] texts) -> ()",
-      c10::AliasAnalysisKind::CONSERVATIVE)); // as log_event, for the JIT
-  // A kernel for every backend, and one that runs even when no argument is
-  // a tensor (an event of text values only).
+      c10::AliasAnalysisKind::CONSERVATIVE));
   m.impl(
       "log_event_values",
       c10::DispatchKey::CompositeExplicitAutograd,

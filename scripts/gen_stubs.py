@@ -1,0 +1,179 @@
+"""Writes torch_monitor/_C.pyi, the type stub of the compiled module, from its definitions.
+
+Nothing in the stub is written by hand. Every class and function of
+``torch_monitor._C`` states its signature where it is defined in C++ (pybind11
+puts ``name(arg: type, ...) -> type`` first in each docstring; the raw CPython
+fast methods spell their docstrings the same way), and the methods a face gets
+from its TorchScript class are typed from the C++ schemas. Run after changing
+the binding:
+
+    python -P scripts/gen_stubs.py            # rewrites torch_monitor/_C.pyi
+    python -P scripts/gen_stubs.py --check    # exits 1 if the stub is stale
+
+test/python/test_stubs.py runs the check.
+"""
+
+import argparse
+import difflib
+import pathlib
+import re
+import sys
+
+import torch
+import torch_monitor
+from torch_monitor import _C, _fake
+
+STUB = pathlib.Path(__file__).resolve().parents[1] / "torch_monitor" / "_C.pyi"
+
+# pybind11 and schema spellings of types -> stub spellings
+_PYBIND_TYPES = [
+    (r"\btorch_monitor\._C\.", ""),
+    (r"\bhandle\b", "Any"),
+    (r"\bobject\b", "Any"),
+    (r"\bcapsule\b", "Any"),
+    (r"\bfunction\b", "Callable[..., Any]"),
+    (r"\bat::Tensor\b", "torch.Tensor"),
+]
+_SCHEMA_TYPES = {
+    "float": "float", "int": "int", "bool": "bool", "str": "str", "Any": "Any",
+    "Tensor": "torch.Tensor", "NoneType": "None", "Device": "torch.device",
+    "ScalarType": "torch.dtype",
+}
+_SIGNATURE = re.compile(r"^(\w+)\((.*)\)(?: -> (.+))?$")
+
+
+def _pybind_type(text: str) -> str:
+    for pattern, replacement in _PYBIND_TYPES:
+        text = re.sub(pattern, replacement, text)
+    return text
+
+
+def _schema_type(type_) -> str:
+    text = str(type_)
+    if text.endswith("?"):
+        return f"Optional[{_schema_type_text(text[:-1])}]"
+    return _schema_type_text(text)
+
+
+def _schema_type_text(text: str) -> str:
+    if text.endswith("[]"):
+        return f"List[{_schema_type_text(text[:-2])}]"
+    if text.startswith("Dict("):
+        key, value = text[5:-1].split(", ", 1)
+        return f"Dict[{_schema_type_text(key)}, {_schema_type_text(value)}]"
+    if text.startswith("("):
+        return "Tuple[Any, ...]"
+    if text.startswith("__torch__.torch.classes."):
+        return "torch.ScriptObject"
+    return _SCHEMA_TYPES.get(text, "Any")
+
+
+def _signatures(obj):
+    """The ``name(args) -> ret`` lines heading a docstring (several when
+    pybind11 lists overloads)."""
+    lines = (getattr(obj, "__doc__", None) or "").splitlines()
+    found = []
+    for line in lines:
+        line = re.sub(r"^\d+\. ", "", line.strip())
+        match = _SIGNATURE.match(line)
+        if match and match.group(1) in (getattr(obj, "__name__", ""), "__init__"):
+            found.append(match)
+    return [m for m in found if m.group(2) != "*args, **kwargs"]
+
+
+def _def(name: str, args: str, returns: str, indent: str, overload: bool) -> str:
+    args = _pybind_type(args)
+    returns = _pybind_type(returns or "None")
+    head = f"{indent}@overload\n" if overload else ""
+    return f"{head}{indent}def {name}({args}) -> {returns}: ...\n"
+
+
+def _function(name: str, obj, indent: str = "") -> str:
+    matches = _signatures(obj)
+    if not matches:
+        return f"{indent}def {name}(*args: Any, **kwargs: Any) -> Any: ...\n"
+    return "".join(
+        _def(name, m.group(2), m.group(3), indent, len(matches) > 1) for m in matches
+    )
+
+
+def _schema_method(schema) -> str:
+    args = ["self"]
+    for argument in schema.arguments[1:]:
+        default = " = ..." if argument.default_value is not None else ""
+        args.append(f"{argument.name}: {_schema_type(argument.type)}{default}")
+    returns = [_schema_type(r.type) for r in schema.returns]
+    result = returns[0] if len(returns) == 1 else "None"
+    return f"    def {schema.name}({', '.join(args)}) -> {result}: ...\n"
+
+
+def _class(name: str, cls) -> str:
+    bases = [b for b in cls.__bases__ if b is not object]
+    base = ", ".join(
+        "torch.ScriptObject" if b is torch.ScriptObject else b.__name__ for b in bases
+        if b.__name__ != "pybind11_object"
+    )
+    out = [f"class {name}({base}):\n" if base else f"class {name}:\n"]
+    schemas = {s.name: s for s in _fake._SCHEMAS.get(vars(cls).get("_script_class", ""), [])}
+    for attr, value in sorted(vars(cls).items()):
+        if attr.startswith("__") and attr not in ("__init__", "__call__", "__enter__", "__exit__"):
+            continue
+        if attr == "_script_class":
+            out.append("    _script_class: str\n")
+        elif isinstance(value, property):
+            matches = _signatures(value.fget)
+            returns = _pybind_type(matches[0].group(3)) if matches else "Any"
+            out.append(f"    @property\n    def {attr}(self) -> {returns}: ...\n")
+            if value.fset is not None:
+                out.append(f"    @{attr}.setter\n    def {attr}(self, value: {returns}) -> None: ...\n")
+        elif isinstance(value, type(_C.Aggregation.MEAN)):  # enum members
+            out.append(f"    {attr}: {name}\n")
+        elif getattr(value, "__module__", None) == "torch_monitor._fake":  # forwarded
+            out.append(_schema_method(schemas[attr]))
+        elif callable(value):
+            out.append(_function(attr, value, "    "))
+    if len(out) == 1:
+        out.append("    ...\n")
+    return "".join(out)
+
+
+def render() -> str:
+    parts = [
+        '"""Type stub of torch_monitor._C, generated by scripts/gen_stubs.py: do not edit."""\n\n',
+        "import datetime\n",
+        "from typing import Any, Callable, Dict, List, Optional, Tuple, Union, overload\n\n",
+        "import torch\n",
+    ]
+    for name, value in sorted(vars(_C).items()):
+        if name.startswith("__"):
+            continue
+        if isinstance(value, type):
+            parts.append("\n\n" + _class(name, value))
+        elif callable(value):
+            parts.append("\n" + _function(name, value))
+        else:
+            parts.append(f"\n{name}: {type(value).__name__}\n")
+    return "".join(parts)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the stub is stale")
+    check = parser.parse_args().check
+    text = render()
+    current = STUB.read_text() if STUB.exists() else ""
+    if check:
+        if text != current:
+            sys.stdout.writelines(
+                difflib.unified_diff(current.splitlines(True), text.splitlines(True), str(STUB), "generated")
+            )
+            print(f"\n{STUB} is stale: run python -P scripts/gen_stubs.py", file=sys.stderr)
+            return 1
+        return 0
+    STUB.write_text(text)
+    print(f"wrote {STUB} ({len(text.splitlines())} lines, torch_monitor {torch_monitor.__name__})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
