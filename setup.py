@@ -64,6 +64,8 @@ setup(
     description="torch.monitor's Stat, Event and handlers in C++ for Python, "
     "TorchScript and LibTorch",
     packages=["torch_monitor"],
+    # py.typed: the package is typed (PEP 561); _C.pyi types the compiled module.
+    package_data={"torch_monitor": ["py.typed", "_C.pyi"]},
     ext_modules=[CMakeExtension("torch_monitor._C")],
     cmdclass={"build_ext": CMakeBuild},
     python_requires=">=3.9",
