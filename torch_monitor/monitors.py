@@ -18,7 +18,6 @@ its attributes changed across ``forward()``. The work happens in C++:
 import copy
 import inspect
 import itertools
-import keyword
 import typing
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -43,13 +42,16 @@ _UNKNOWN = object()  # a type that cannot be told
 
 
 def _path_expression(path: str) -> str:
-    """TorchScript source reading ``path`` from ``self``."""
+    """TorchScript source reading ``path`` from ``self``.
+
+    The C++ parser (``nn::AttributePath``, shared with C++ modules and the
+    eager hooks) splits the path and tells each part's kind."""
     expr = "self"
-    for part in path.split("."):
-        if part.isidentifier() and not keyword.iskeyword(part):
+    for kind, part in _C._attribute_path_parts(path):
+        if kind == "attribute":
             expr += f".{part}"
-        elif part.isdigit():
-            expr += f"[{int(part)}]"  # ModuleList / Sequential index
+        elif kind == "index":
+            expr += f"[{int(part)}]"  # ModuleList / Sequential
         else:
             expr += f"[{part!r}]"  # ModuleDict key
     return expr

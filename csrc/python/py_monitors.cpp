@@ -19,6 +19,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/api/object.h>
 
+#include <torch_monitor/nn/attribute_path.h>
 #include <torch_monitor/script/script_difference_monitor.h>
 
 namespace torch_monitor::python {
@@ -301,25 +302,14 @@ struct PyDifferenceMonitor : torch::jit::Object {
         filter(checkedCallable(std::move(filter_), "filter_")),
         map(checkedCallable(std::move(map_), "map_")),
         op(checkedCallable(std::move(op_), "op_")) {
-    size_t start = 0;
-    while (true) {
-      const size_t dot = path.find('.', start);
-      const std::string part = path.substr(start, dot - start);
-      if (part.empty()) {
-        throw py::value_error(
-            "attr must be an attribute path such as 'weight' or "
-            "'block.state' (names joined by single dots), got '" +
-            path + "'");
-      }
+    // ValueError for an empty path or part, with AttributePath's message.
+    const nn::AttributePath parsed(path);
+    for (const std::string& part : parsed.parts()) {
       PyObject* interned = PyUnicode_InternFromString(part.c_str());
       if (interned == nullptr) {
         throw py::error_already_set();
       }
       parts.push_back(py::reinterpret_steal<py::object>(interned));
-      if (dot == std::string::npos) {
-        break;
-      }
-      start = dot + 1;
     }
     const std::string& name = monitor->name();
     if (!filter.is_none()) {
@@ -896,6 +886,32 @@ void initMonitors(py::module_& m) {
       },
       py::arg("state"),
       "rebuilds a pickled DifferenceMonitorCore");
+
+  m.def(
+      "_attribute_path_parts",
+      [](const std::string& path) {
+        py::list out;
+        const nn::AttributePath parsed(path);
+        for (const std::string& part : parsed.parts()) {
+          const char* kind = "key";
+          switch (nn::pathPartKind(part)) {
+            case nn::PathPartKind::Attribute:
+              kind = "attribute";
+              break;
+            case nn::PathPartKind::Index:
+              kind = "index";
+              break;
+            case nn::PathPartKind::Key:
+              break;
+          }
+          out.append(py::make_tuple(kind, part));
+        }
+        return out;
+      },
+      py::arg("path"),
+      "[(kind, text), ...] of a dotted attribute path, kind being "
+      "'attribute', 'index' (ModuleList/Sequential) or 'key' (ModuleDict); "
+      "ValueError for an empty path or part");
 
   m.def(
       "_difference_monitor_hooks",
