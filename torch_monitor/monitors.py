@@ -192,6 +192,19 @@ def _detach(pre_handle, post_handle, module_ref, key):
 # ----------------------------------------------------------------- monitor
 
 
+def _core_flag(core_name: str, name: str, doc: str) -> property:
+    """A bool setting of the monitor kept on its core (the C++ monitor reads
+    it at every call), set as ``name`` only to a real bool."""
+
+    def get(self) -> bool:
+        return getattr(self._core, core_name)
+
+    def set(self, value: bool) -> None:
+        setattr(self._core, core_name, strict_bool(value, name))
+
+    return property(get, set, doc=doc)
+
+
 class DifferenceMonitor(nn.Module):
     r"""Records how an attribute of a module changes across each forward call.
 
@@ -385,32 +398,21 @@ class DifferenceMonitor(nn.Module):
         """The custom op, or None for the default (subtraction)."""
         return self._core.op_
 
-    @property
-    def keep_graph(self) -> bool:
-        """Whether recorded differences keep their autograd graph."""
-        return self._core.keep_graph
-
-    @keep_graph.setter
-    def keep_graph(self, value: bool) -> None:
-        self._core.keep_graph = strict_bool(value, "keep_graph")
-
-    @property
-    def trainexec(self) -> bool:
-        """Whether the hooks record while the module is in training mode."""
-        return self._core.train_update
-
-    @trainexec.setter
-    def trainexec(self, value: bool) -> None:
-        self._core.train_update = strict_bool(value, "trainexec")
-
-    @property
-    def evalexec(self) -> bool:
-        """Whether the hooks record while the module is in evaluation mode."""
-        return self._core.eval_update
-
-    @evalexec.setter
-    def evalexec(self, value: bool) -> None:
-        self._core.eval_update = strict_bool(value, "evalexec")
+    keep_graph = _core_flag(
+        "keep_graph",
+        "keep_graph",
+        "Whether recorded differences keep their autograd graph.",
+    )
+    trainexec = _core_flag(
+        "train_update",
+        "trainexec",
+        "Whether the hooks record while the module is in training mode.",
+    )
+    evalexec = _core_flag(
+        "eval_update",
+        "evalexec",
+        "Whether the hooks record while the module is in evaluation mode.",
+    )
 
     # -------------------------------------------------------- registration
 
