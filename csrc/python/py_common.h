@@ -24,7 +24,8 @@ void setPythonError(const std::exception& e);
 // Runs `body` inside a raw CPython method (one that bypasses pybind11 and so
 // its exception translators) and returns the method's result: a new
 // reference to None, or nullptr with the Python error matching what `body`
-// threw (a pending Python error is restored as it was).
+// threw (a pending Python error is restored as it was; anything that is no
+// std::exception becomes a RuntimeError rather than escaping into CPython).
 template <typename F>
 PyObject* noneOrPythonError(F&& body) {
   try {
@@ -37,6 +38,12 @@ PyObject* noneOrPythonError(F&& body) {
     return nullptr;
   } catch (const std::exception& e) {
     setPythonError(e);
+    return nullptr;
+  } catch (...) { // e.g. a C++ event handler throwing an int
+    PyErr_SetString(
+        PyExc_RuntimeError,
+        "torch_monitor: C++ code threw an exception that is not a "
+        "std::exception");
     return nullptr;
   }
   Py_RETURN_NONE;
