@@ -18,7 +18,6 @@ its attributes changed across ``forward()``. The work happens in C++:
 import copy
 import inspect
 import itertools
-import keyword
 import typing
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -43,13 +42,16 @@ _UNKNOWN = object()  # a type that cannot be told
 
 
 def _path_expression(path: str) -> str:
-    """TorchScript source reading ``path`` from ``self``."""
+    """TorchScript source reading ``path`` from ``self``.
+
+    The C++ parser (``nn::AttributePath``, shared with C++ modules and the
+    eager hooks) splits the path and tells each part's kind."""
     expr = "self"
-    for part in path.split("."):
-        if part.isidentifier() and not keyword.iskeyword(part):
+    for kind, part in _C._attribute_path_parts(path):
+        if kind == "attribute":
             expr += f".{part}"
-        elif part.isdigit():
-            expr += f"[{int(part)}]"  # ModuleList / Sequential index
+        elif kind == "index":
+            expr += f"[{int(part)}]"  # ModuleList / Sequential
         else:
             expr += f"[{part!r}]"  # ModuleDict key
     return expr
@@ -188,6 +190,19 @@ def _detach(pre_handle, post_handle, module_ref, key):
 
 
 # ----------------------------------------------------------------- monitor
+
+
+def _core_flag(core_name: str, name: str, doc: str) -> property:
+    """A bool setting of the monitor kept on its core (the C++ monitor reads
+    it at every call), set as ``name`` only to a real bool."""
+
+    def get(self) -> bool:
+        return getattr(self._core, core_name)
+
+    def set(self, value: bool) -> None:
+        setattr(self._core, core_name, strict_bool(value, name))
+
+    return property(get, set, doc=doc)
 
 
 class DifferenceMonitor(nn.Module):
@@ -383,32 +398,21 @@ class DifferenceMonitor(nn.Module):
         """The custom op, or None for the default (subtraction)."""
         return self._core.op_
 
-    @property
-    def keep_graph(self) -> bool:
-        """Whether recorded differences keep their autograd graph."""
-        return self._core.keep_graph
-
-    @keep_graph.setter
-    def keep_graph(self, value: bool) -> None:
-        self._core.keep_graph = strict_bool(value, "keep_graph")
-
-    @property
-    def trainexec(self) -> bool:
-        """Whether the hooks record while the module is in training mode."""
-        return self._core.train_update
-
-    @trainexec.setter
-    def trainexec(self, value: bool) -> None:
-        self._core.train_update = strict_bool(value, "trainexec")
-
-    @property
-    def evalexec(self) -> bool:
-        """Whether the hooks record while the module is in evaluation mode."""
-        return self._core.eval_update
-
-    @evalexec.setter
-    def evalexec(self, value: bool) -> None:
-        self._core.eval_update = strict_bool(value, "evalexec")
+    keep_graph = _core_flag(
+        "keep_graph",
+        "keep_graph",
+        "Whether recorded differences keep their autograd graph.",
+    )
+    trainexec = _core_flag(
+        "train_update",
+        "trainexec",
+        "Whether the hooks record while the module is in training mode.",
+    )
+    evalexec = _core_flag(
+        "eval_update",
+        "evalexec",
+        "Whether the hooks record while the module is in evaluation mode.",
+    )
 
     # -------------------------------------------------------- registration
 

@@ -7,10 +7,11 @@
 
 #include <benchmark/benchmark.h>
 
+#include "bench_main.h"
+
 #include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <torch/csrc/monitor/events.h>
@@ -104,16 +105,5 @@ void registerImpl() {
 int main(int argc, char** argv) {
   registerImpl<Torch>();
   registerImpl<Ours>();
-  // A PyTorch program always has more than one thread. Once a thread has
-  // existed, glibc's __libc_single_threaded stays false and libstdc++ uses
-  // atomic (lock-prefixed) shared_ptr reference counts; without this, the
-  // result would depend on whether a threaded case happened to run first.
-  std::thread([] {}).join();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
-    return 1;
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return torch_monitor::bench::runRegisteredBenchmarks(argc, argv);
 }

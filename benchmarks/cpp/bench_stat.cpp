@@ -9,12 +9,13 @@
 
 #include <benchmark/benchmark.h>
 
+#include "bench_main.h"
+
 #include <chrono>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -165,16 +166,5 @@ int main(int argc, char** argv) {
   registerPair2Threads<int64_t, 6, false>();
   registerPair2Threads<double, 6, true>();
 
-  // A PyTorch program always has more than one thread. Once a thread has
-  // existed, glibc's __libc_single_threaded stays false and libstdc++ uses
-  // atomic (lock-prefixed) shared_ptr reference counts; without this, the
-  // result would depend on whether a threaded case happened to run first.
-  std::thread([] {}).join();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
-    return 1;
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return torch_monitor::bench::runRegisteredBenchmarks(argc, argv);
 }

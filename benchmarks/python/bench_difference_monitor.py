@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 import torch_monitor
+from timing import calibrate
 
 try:
     import inferno.observe as inferno_observe
@@ -141,16 +142,6 @@ def build(case):
     return x, modules, monitors
 
 
-def calibrate(timer, min_time):
-    number = 1
-    while True:
-        elapsed = timer.timeit(number)
-        if elapsed >= min_time / 10 or number >= 1 << 24:
-            break
-        number *= 4
-    return max(1, int(number * min_time / max(elapsed, 1e-9)))
-
-
 def measure(case, clock, reps, min_time):
     x, modules, monitors = build(case)
 
@@ -166,7 +157,7 @@ def measure(case, clock, reps, min_time):
         for _ in range(20):
             module(x)
     clear()
-    numbers = {k: calibrate(t, min_time) for k, t in timers.items()}
+    numbers = {k: calibrate(t, min_time, max_number=1 << 24) for k, t in timers.items()}
     clear()
     samples = {k: [] for k in timers}
     for rep in range(reps):

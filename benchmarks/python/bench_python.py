@@ -51,6 +51,7 @@ import weakref
 import torch
 import torch.monitor as reference
 import torch_monitor as ours
+from timing import calibrate
 
 WINDOW = datetime.timedelta(seconds=60)
 OURS = "torch_monitor"
@@ -68,21 +69,12 @@ class Bench:
         if number is not None:
             self.numbers = dict.fromkeys(timers, number)
         else:
-            self.numbers = {label: self._calibrate(t, min_time) for label, t in timers.items()}
+            self.numbers = {label: calibrate(t, min_time) for label, t in timers.items()}
         self.calls = dict.fromkeys(timers, 0)  # statements timed by run()
 
     def _timeit(self, label, number):
         self.calls[label] += number
         return self.timers[label].timeit(number)
-
-    def _calibrate(self, timer, min_time):
-        number = 1
-        while True:
-            elapsed = timer.timeit(number)
-            if elapsed >= min_time / 10 or number >= 1 << 30:
-                break
-            number *= 4
-        return max(1, int(number * min_time / max(elapsed, 1e-9)))
 
     def run(self, reps):
         """label -> list of ns per statement, one entry per repetition."""

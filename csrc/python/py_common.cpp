@@ -165,4 +165,21 @@ void initialiseOnNew(py::handle cls) {
   PyType_Modified(type);
 }
 
+bool pythonIsUsable() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+PyRef::~PyRef() {
+  if (pythonIsUsable()) {
+    py::gil_scoped_acquire gil;
+    object_ = py::object();
+  } else {
+    object_.release(); // the interpreter is gone; leak the reference
+  }
+}
+
 } // namespace torch_monitor::python

@@ -21,6 +21,58 @@ namespace py = pybind11;
 // methods that bypass pybind11.
 void setPythonError(const std::exception& e);
 
+// Runs `body` inside a raw CPython method (one that bypasses pybind11 and so
+// its exception translators) and returns the method's result: a new
+// reference to None, or nullptr with the Python error matching what `body`
+// threw (a pending Python error is restored as it was; anything that is no
+// std::exception becomes a RuntimeError rather than escaping into CPython).
+template <typename F>
+PyObject* noneOrPythonError(F&& body) {
+  try {
+    body();
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+    return nullptr;
+  } catch (const std::exception& e) {
+    setPythonError(e);
+    return nullptr;
+  } catch (...) { // e.g. a C++ event handler throwing an int
+    PyErr_SetString(
+        PyExc_RuntimeError,
+        "torch_monitor: C++ code threw an exception that is not a "
+        "std::exception");
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+// Whether Python may still run: false during and after interpreter
+// finalization, when C++ state freed late (a handler, a monitor or a reducer
+// held by a static or a TorchScript module) must not call into Python.
+bool pythonIsUsable();
+
+// Owns a Python object from C++ state that may be dropped on any thread
+// without the GIL (a monitor or a criterion destroyed by a TorchScript
+// module, or at interpreter exit): the reference is dropped with the GIL
+// held, or leaked once the interpreter is gone.
+// Thread safety: get() needs the GIL; destruction may happen on any thread.
+class PyRef {
+ public:
+  explicit PyRef(py::object object) : object_(std::move(object)) {}
+  PyRef(const PyRef&) = delete;
+  PyRef& operator=(const PyRef&) = delete;
+  ~PyRef();
+  const py::object& get() const noexcept {
+    return object_;
+  }
+
+ private:
+  py::object object_;
+};
+
 // datetime <-> Event timestamps. Returned datetimes are naive local time (as
 // torch.monitor); aware inputs are converted through their tzinfo.
 py::object timestampToPython(int64_t epochMicros);

@@ -19,6 +19,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/api/object.h>
 
+#include <torch_monitor/nn/attribute_path.h>
 #include <torch_monitor/script/script_difference_monitor.h>
 
 namespace torch_monitor::python {
@@ -29,38 +30,6 @@ using script::ScriptReducer;
 
 constexpr const char* kReducerClass =
     "__torch__.torch.classes.torch_monitor.Reducer";
-
-bool interpreterIsUsable() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsInitialized() && !Py_IsFinalizing();
-#else
-  return Py_IsInitialized() && !_Py_IsFinalizing();
-#endif
-}
-
-// Owns a Python object from C++ code that may drop it without the GIL (a
-// monitor destroyed by a TorchScript module, or at interpreter exit).
-// Thread safety: destruction may happen on any thread (it takes the GIL).
-class PyRef {
- public:
-  explicit PyRef(py::object object) : object_(std::move(object)) {}
-  PyRef(const PyRef&) = delete;
-  PyRef& operator=(const PyRef&) = delete;
-  ~PyRef() {
-    if (interpreterIsUsable()) {
-      py::gil_scoped_acquire gil;
-      object_ = py::object();
-    } else {
-      object_.release(); // the interpreter is gone; leak the reference
-    }
-  }
-  const py::object& get() const noexcept {
-    return object_;
-  }
-
- private:
-  py::object object_;
-};
 
 // An attribute value with no IValue equivalent (a dict, a custom object),
 // carried through the monitor to the Python filter_/map_/op_ unchanged. It
@@ -301,25 +270,14 @@ struct PyDifferenceMonitor : torch::jit::Object {
         filter(checkedCallable(std::move(filter_), "filter_")),
         map(checkedCallable(std::move(map_), "map_")),
         op(checkedCallable(std::move(op_), "op_")) {
-    size_t start = 0;
-    while (true) {
-      const size_t dot = path.find('.', start);
-      const std::string part = path.substr(start, dot - start);
-      if (part.empty()) {
-        throw py::value_error(
-            "attr must be an attribute path such as 'weight' or "
-            "'block.state' (names joined by single dots), got '" +
-            path + "'");
-      }
+    // ValueError for an empty path or part, with AttributePath's message.
+    const nn::AttributePath parsed(path);
+    for (const std::string& part : parsed.parts()) {
       PyObject* interned = PyUnicode_InternFromString(part.c_str());
       if (interned == nullptr) {
         throw py::error_already_set();
       }
       parts.push_back(py::reinterpret_steal<py::object>(interned));
-      if (dot == std::string::npos) {
-        break;
-      }
-      start = dot + 1;
     }
     const std::string& name = monitor->name();
     if (!filter.is_none()) {
@@ -536,24 +494,6 @@ int trainingOf(PyObject* module, PyObject* dict) {
   return truth;
 }
 
-// Runs `body`, turning C++ exceptions into the pending Python error.
-template <typename F>
-PyObject* guarded(F&& body) {
-  try {
-    body();
-  } catch (py::error_already_set& e) {
-    e.restore();
-    return nullptr;
-  } catch (const py::builtin_exception& e) {
-    e.set_error();
-    return nullptr;
-  } catch (const std::exception& e) {
-    setPythonError(e);
-    return nullptr;
-  }
-  Py_RETURN_NONE;
-}
-
 // The body of the eager hooks: `key` names the module attribute that holds
 // the monitor (bound as the C function's self, so a deep copy of the module
 // reaches its own copy of the monitor).
@@ -586,7 +526,7 @@ PyObject* runEagerHook(PyObject* key, PyObject* module, bool isBefore) {
   } else if (!self->monitor->runsWhen(training == 1)) {
     result = Py_NewRef(Py_None);
   } else if (PyObject* value = resolvePath(module, *self)) {
-    result = guarded([&]() {
+    result = noneOrPythonError([&]() {
       const c10::IValue v = valueFromPython(value, self->monitor->name());
       if (isBefore) {
         self->monitor->before(v, training == 1);
@@ -647,7 +587,7 @@ PyObject* fastCall(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
   if (self == nullptr) {
     return nullptr;
   }
-  return guarded([&]() {
+  return noneOrPythonError([&]() {
     const c10::IValue v = valueFromPython(args[0], self->monitor->name());
     if (IsBefore) {
       self->monitor->before(v, training == 1);
@@ -896,6 +836,32 @@ void initMonitors(py::module_& m) {
       },
       py::arg("state"),
       "rebuilds a pickled DifferenceMonitorCore");
+
+  m.def(
+      "_attribute_path_parts",
+      [](const std::string& path) {
+        py::list out;
+        const nn::AttributePath parsed(path);
+        for (const std::string& part : parsed.parts()) {
+          const char* kind = "key";
+          switch (nn::pathPartKind(part)) {
+            case nn::PathPartKind::Attribute:
+              kind = "attribute";
+              break;
+            case nn::PathPartKind::Index:
+              kind = "index";
+              break;
+            case nn::PathPartKind::Key:
+              break;
+          }
+          out.append(py::make_tuple(kind, part));
+        }
+        return out;
+      },
+      py::arg("path"),
+      "[(kind, text), ...] of a dotted attribute path, kind being "
+      "'attribute', 'index' (ModuleList/Sequential) or 'key' (ModuleDict); "
+      "ValueError for an empty path or part");
 
   m.def(
       "_difference_monitor_hooks",

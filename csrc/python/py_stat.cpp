@@ -173,13 +173,9 @@ PyObject* fastAdd(PyObject* self, PyObject* arg) {
   constexpr bool kFloat = std::is_same_v<T, double>;
   const bool exact = kFloat ? PyFloat_CheckExact(arg) : PyLong_CheckExact(arg);
   if (!exact && THPVariable_Check(arg)) { // every element is one sample
-    try {
+    return noneOrPythonError([&]() {
       static_cast<PyStat<T>*>(value)->holder->addTensor(THPVariable_Unpack(arg));
-    } catch (const std::exception& e) {
-      setPythonError(e);
-      return nullptr;
-    }
-    Py_RETURN_NONE;
+    });
   }
   T v;
   if constexpr (kFloat) {
@@ -190,16 +186,8 @@ PyObject* fastAdd(PyObject* self, PyObject* arg) {
   if (v == T(-1) && PyErr_Occurred()) {
     return nullptr;
   }
-  try {
-    static_cast<PyStat<T>*>(value)->stat->add(v);
-  } catch (py::error_already_set& e) {
-    e.restore();
-    return nullptr;
-  } catch (const std::exception& e) {
-    setPythonError(e);
-    return nullptr;
-  }
-  Py_RETURN_NONE;
+  return noneOrPythonError(
+      [&]() { static_cast<PyStat<T>*>(value)->stat->add(v); });
 }
 
 template <typename T>

@@ -68,6 +68,33 @@ class SharedClock {
 
 constexpr int64_t kTickEvery = 1024;
 
+// Starts `count` threads that wait on `start` (which may count others too),
+// then each call add(t, i) for i < samples, ticking `shared` after every
+// `tickEvery` calls. `add` is copied into every thread; join the threads
+// returned.
+template <typename Add>
+std::vector<std::thread> startAdders(
+    Latch& start,
+    SharedClock& shared,
+    int count,
+    int64_t samples,
+    int64_t tickEvery,
+    Add add) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < count; ++t) {
+    threads.emplace_back([&start, &shared, add, t, samples, tickEvery] {
+      start.arriveAndWait();
+      for (int64_t i = 0; i < samples; ++i) {
+        if (i % tickEvery == tickEvery - 1) {
+          shared.tick();
+        }
+        add(t, i);
+      }
+    });
+  }
+  return threads;
+}
+
 // Reads the stat (count() harvests every shard without resetting it; get())
 // from its own thread until stopped, to race those reads against adds and
 // window closes. `check` receives each count().
@@ -182,18 +209,10 @@ TEST_P(ShardedStress, NoSampleLostOrCountedTwice) {
   SharedClock shared(clock);
 
   Latch start(kThreads + 1);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arriveAndWait();
-      for (int64_t i = 0; i < kSamples; ++i) {
-        if (i % tickEvery == tickEvery - 1) {
-          shared.tick();
-        }
+  std::vector<std::thread> threads = startAdders(
+      start, shared, kThreads, kSamples, tickEvery, [&](int t, int64_t i) {
         s->add(sample(t, i));
-      }
-    });
-  }
+      });
   int64_t expectedSum = 0, expectedMax = std::numeric_limits<int64_t>::min(),
           expectedMin = std::numeric_limits<int64_t>::max();
   for (int t = 0; t < kThreads; ++t) {
@@ -257,18 +276,10 @@ TEST_F(StatConcurrency, ShardedOneThreadPerCore) {
   s.emplace(name, std::vector<Aggregation>{SUM, COUNT}, 1ms);
   SharedClock shared(clock);
   Latch start(threadsCount);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < threadsCount; ++t) {
-    threads.emplace_back([&, t] {
-      start.arriveAndWait();
-      for (int64_t i = 0; i < samples; ++i) {
-        if (i % 64 == 63) {
-          shared.tick();
-        }
+  std::vector<std::thread> threads = startAdders(
+      start, shared, threadsCount, samples, 64, [&](int t, int64_t) {
         s->add(t + 1);
-      }
-    });
-  }
+      });
   for (auto& th : threads) {
     th.join();
   }
@@ -292,18 +303,10 @@ TEST_F(StatConcurrency, ShardedDoubleStat) {
   s.emplace("dbl", std::vector<Aggregation>{SUM, COUNT}, 1ms);
   SharedClock shared(clock);
   Latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arriveAndWait();
-      for (int64_t i = 0; i < kSamples; ++i) {
-        if (i % kTickEvery == 0) {
-          shared.tick();
-        }
+  std::vector<std::thread> threads = startAdders(
+      start, shared, kThreads, kSamples, kTickEvery, [&](int t, int64_t) {
         s->add(double(t + 1)); // small integers: exact sums
-      }
-    });
-  }
+      });
   for (auto& th : threads) {
     th.join();
   }
@@ -541,18 +544,10 @@ TEST_F(StatConcurrency, CappedNeverExceedsMaxSamples) {
   s.emplace(name, std::vector<Aggregation>{SUM, COUNT}, 2ms, kMax);
   SharedClock shared(clock);
   Latch start(kThreads + 1);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      start.arriveAndWait();
-      for (int64_t i = 0; i < kSamples; ++i) {
-        if (i % 256 == 255) {
-          shared.tick();
-        }
+  std::vector<std::thread> threads = startAdders(
+      start, shared, kThreads, kSamples, 256, [&](int, int64_t) {
         s->add(1);
-      }
-    });
-  }
+      });
   {
     Prober<int64_t> prober(*s, [&](int64_t c) {
       EXPECT_GE(c, 0);
@@ -599,18 +594,10 @@ TEST_F(StatConcurrency, CappedWithUnreachedMaxLosesNothing) {
       Stat<int64_t>::kUnlimitedSamples - 1);
   SharedClock shared(clock);
   Latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      start.arriveAndWait();
-      for (int64_t i = 0; i < kSamples; ++i) {
-        if (i % 16 == 15) {
-          shared.tick();
-        }
+  std::vector<std::thread> threads = startAdders(
+      start, shared, kThreads, kSamples, 16, [&](int, int64_t) {
         s->add(1);
-      }
-    });
-  }
+      });
   for (auto& th : threads) {
     th.join();
   }

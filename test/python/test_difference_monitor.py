@@ -818,6 +818,53 @@ def test_module_list_paths_and_two_monitors_script():
     torch.testing.assert_close(b.peek(), torch.ones(3))
 
 
+class Keyed(nn.Module):
+    """A ModuleDict whose keys are no Python attribute names."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleDict({"a-b": Leaky(), "class": Leaky(), "0x": Leaky()})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks["a-b"](x) + self.blocks["class"](x * 2) + self.blocks["0x"](x * 3)
+
+
+def test_attribute_path_parts_come_from_the_cpp_parser():
+    import keyword
+
+    parts = tm._C._attribute_path_parts
+    assert parts("layers.1.state") == [
+        ("attribute", "layers"),
+        ("index", "1"),
+        ("attribute", "state"),
+    ]
+    assert parts("blocks.a-b.state")[1] == ("key", "a-b")
+    assert parts("blocks.0x")[1] == ("key", "0x")
+    assert parts("_private.x1") == [("attribute", "_private"), ("attribute", "x1")]
+    # `self.class` would not compile as Python: keywords are keys. The C++
+    # list of keywords must match the running Python's.
+    for word in keyword.kwlist:
+        assert parts(f"blocks.{word}")[1] == ("key", word), word
+    for soft in ("match", "case", "type", "_"):
+        assert parts(soft) == [("attribute", soft)]
+    for bad in ("", "a..b", ".a", "a."):
+        with pytest.raises(ValueError, match="empty part"):
+            parts(bad)
+
+
+def test_module_dict_keys_that_are_no_identifiers_script():
+    m = Keyed()
+    monitors = [
+        tm.DifferenceMonitor(tm.PassthroughReducer(1.0), f"blocks.{key}.state", m)
+        for key in ("a-b", "class", "0x")
+    ]
+    m(torch.ones(3))  # eager: the same parts resolve through _modules
+    scripted = torch.jit.script(m)
+    scripted(torch.ones(3))
+    for mon, scale in zip(monitors, (1.0, 2.0, 3.0)):
+        torch.testing.assert_close(mon.peek(), torch.full((3,), scale * 0.5))
+
+
 def test_monitors_registered_after_scripting_are_refused():
     scripted = torch.jit.script(Leaky())
     with pytest.raises(TypeError, match="register it on the nn.Module"):

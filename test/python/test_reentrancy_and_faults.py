@@ -43,6 +43,34 @@ def ev(name):
     return m.Event(name, datetime.datetime.now(), {{}})
 def result(**values):
     print("RESULT " + json.dumps(values), flush=True)
+def recording(calls, label, error=None):
+    # A handler appending `label` to `calls`, then raising `error` if given.
+    def handler(e):
+        calls.append(label)
+        if error is not None:
+            raise error
+    return handler
+def read_in_handler(read):
+    # read(s) as seen by a handler of the events of s, a 50 ms Stat whose
+    # window closes between its two adds.
+    s = m.Stat("s", [A.SUM], datetime.timedelta(milliseconds=50))
+    seen = []
+    def handler(e):
+        if e.name == m.STAT_EVENT:
+            seen.append(read(s))
+    H = m.register_event_handler(handler)
+    s.add(1.0)
+    time.sleep(0.12)
+    s.add(2.0)
+    m.unregister_event_handler(H)
+    return seen
+def raised_by(fn):
+    # [type name, message] of what fn() raised, or None.
+    try:
+        fn()
+    except Exception as exc:
+        return [type(exc).__name__, str(exc)]
+    return None
 """
 
 # Reads {"module", "workdir", "limits", "scenarios": {name: source}} from stdin and
@@ -143,30 +171,10 @@ SCENARIOS = {
     """,
     # A handler reads the Stat whose window close is being logged.
     "stat_get_from_handler": """
-        s = m.Stat("s", [A.SUM], datetime.timedelta(milliseconds=50))
-        seen = []
-        def handler(e):
-            if e.name == m.STAT_EVENT:
-                seen.append({k.name: v for k, v in s.get().items()})
-        H = m.register_event_handler(handler)
-        s.add(1.0)
-        time.sleep(0.12)
-        s.add(2.0)
-        m.unregister_event_handler(H)
-        result(seen=seen)
+        result(seen=read_in_handler(lambda s: {k.name: v for k, v in s.get().items()}))
     """,
     "stat_count_from_handler": """
-        s = m.Stat("s", [A.SUM], datetime.timedelta(milliseconds=50))
-        seen = []
-        def handler(e):
-            if e.name == m.STAT_EVENT:
-                seen.append(s.count)
-        H = m.register_event_handler(handler)
-        s.add(1.0)
-        time.sleep(0.12)
-        s.add(2.0)
-        m.unregister_event_handler(H)
-        result(seen=seen)
+        result(seen=read_in_handler(lambda s: s.count))
     """,
     # A handler releases the GIL (sleep) while another thread logs.
     "gil_release_in_handler": """
@@ -187,20 +195,12 @@ SCENARIOS = {
     # Handlers raise during log_event.
     "handler_exception_log_event": """
         calls = []
-        def bad(e):
-            calls.append("bad")
-            raise RuntimeError("boom-first")
-        def good(e):
-            calls.append("good")
-        def bad2(e):
-            calls.append("bad2")
-            raise ValueError("boom-second")
-        H = [m.register_event_handler(f) for f in (bad, good, bad2)]
-        try:
-            m.log_event(ev("x"))
-            raised = None
-        except Exception as exc:
-            raised = [type(exc).__name__, str(exc)]
+        H = [m.register_event_handler(f) for f in (
+            recording(calls, "bad", RuntimeError("boom-first")),
+            recording(calls, "good"),
+            recording(calls, "bad2", ValueError("boom-second")),
+        )]
+        raised = raised_by(lambda: m.log_event(ev("x")))
         for h in H:
             m.unregister_event_handler(h)
         result(calls=calls, raised=raised)
@@ -208,18 +208,12 @@ SCENARIOS = {
     # A handler raises while a Stat closes its window (max_samples=1) inside add().
     "handler_exception_stat_add": """
         calls = []
-        def bad(e):
-            calls.append("bad")
-            raise RuntimeError("boom-add")
-        def good(e):
-            calls.append("good")
-        H = [m.register_event_handler(f) for f in (bad, good)]
+        H = [m.register_event_handler(f) for f in (
+            recording(calls, "bad", RuntimeError("boom-add")),
+            recording(calls, "good"),
+        )]
         s = m.Stat("s", [A.SUM], 60.0, 1)
-        try:
-            s.add(1.0)
-            raised = None
-        except Exception as exc:
-            raised = [type(exc).__name__, str(exc)]
+        raised = raised_by(lambda: s.add(1.0))
         for h in H:
             m.unregister_event_handler(h)
         result(calls=calls, raised=raised, get={k.name: v for k, v in s.get().items()})
@@ -227,12 +221,10 @@ SCENARIOS = {
     # A handler raises while a Stat is destroyed: there is no caller to raise to.
     "exception_in_destruction": """
         calls = []
-        def bad(e):
-            calls.append("bad")
-            raise RuntimeError("boom-dtor")
-        def good(e):
-            calls.append("good")
-        H = [m.register_event_handler(f) for f in (bad, good)]
+        H = [m.register_event_handler(f) for f in (
+            recording(calls, "bad", RuntimeError("boom-dtor")),
+            recording(calls, "good"),
+        )]
         s = m.Stat("s", [A.SUM], 60.0)
         s.add(1.0)
         del s

@@ -358,35 +358,23 @@ def test_append_is_a_bool_in_torchscript(tm, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "path, message",
+    "writer, path, message",
     [
-        ("a\0b.jsonl", "path contains a NUL byte"),
-        (b"a\0b.jsonl", "path contains a NUL byte"),
-        (b"\xffbad.jsonl", "path is not valid UTF-8"),
-        ("\udcffbad.jsonl", "path is not valid UTF-8"),
+        ("JsonLinesWriter", "a\0b.jsonl", "path contains a NUL byte"),
+        ("JsonLinesWriter", b"a\0b.jsonl", "path contains a NUL byte"),
+        ("JsonLinesWriter", b"\xffbad.jsonl", "path is not valid UTF-8"),
+        ("JsonLinesWriter", "\udcffbad.jsonl", "path is not valid UTF-8"),
+        ("TensorBoardWriter", "runs\0x", "log_dir contains a NUL byte"),
+        ("TensorBoardWriter", b"runs\xff", "log_dir is not valid UTF-8"),
     ],
 )
-def test_json_lines_path_must_be_utf8_without_nul(tm, tmp_path, path, message):
+def test_writer_path_must_be_utf8_without_nul(tm, tmp_path, writer, path, message):
     if isinstance(path, bytes):
         path = os.fsencode(str(tmp_path)) + b"/" + path
     else:
         path = str(tmp_path) + "/" + path
     with pytest.raises(ValueError, match=message):
-        tm.JsonLinesWriter(path)
-    assert os.listdir(tmp_path) == []
-
-
-@pytest.mark.parametrize(
-    "path, message",
-    [("runs\0x", "log_dir contains a NUL byte"), (b"runs\xff", "log_dir is not valid UTF-8")],
-)
-def test_tensorboard_log_dir_must_be_utf8_without_nul(tm, tmp_path, path, message):
-    if isinstance(path, bytes):
-        path = os.fsencode(str(tmp_path)) + b"/" + path
-    else:
-        path = str(tmp_path) + "/" + path
-    with pytest.raises(ValueError, match=message):
-        tm.TensorBoardWriter(path)
+        getattr(tm, writer)(path)
     assert os.listdir(tmp_path) == []
 
 

@@ -1,6 +1,9 @@
 #include <torch_monitor/nn/attribute_path.h>
 
+#include <algorithm>
+#include <array>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include <c10/util/Exception.h>
@@ -58,7 +61,41 @@ std::string where(
       ")";
 }
 
+// Python's hard keywords (keyword.kwlist): `self.class` does not compile as
+// Python, so such a part is written as a key. The Python test compares this
+// list with the keyword module of the running Python.
+constexpr std::array<std::string_view, 35> kPythonKeywords = {
+    "False",  "None",     "True",    "and",    "as",       "assert", "async",
+    "await",  "break",    "class",   "continue", "def",    "del",    "elif",
+    "else",   "except",   "finally", "for",    "from",     "global", "if",
+    "import", "in",       "is",      "lambda", "nonlocal", "not",    "or",
+    "pass",   "raise",    "return",  "try",    "while",    "with",   "yield"};
+
+bool isAsciiLetterOrUnderscore(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+bool isAsciiDigit(char c) {
+  return c >= '0' && c <= '9';
+}
+
 } // namespace
+
+PathPartKind pathPartKind(const std::string& part) {
+  if (!part.empty() && std::all_of(part.begin(), part.end(), isAsciiDigit)) {
+    return PathPartKind::Index;
+  }
+  // TorchScript names are ASCII identifiers; anything else is a key.
+  const bool identifier = !part.empty() &&
+      isAsciiLetterOrUnderscore(part.front()) &&
+      std::all_of(part.begin(), part.end(), [](char c) {
+        return isAsciiLetterOrUnderscore(c) || isAsciiDigit(c);
+      });
+  const bool keyword =
+      std::find(kPythonKeywords.begin(), kPythonKeywords.end(), part) !=
+      kPythonKeywords.end();
+  return identifier && !keyword ? PathPartKind::Attribute : PathPartKind::Key;
+}
 
 AttributePath::AttributePath(std::string path) : path_(std::move(path)) {
   size_t start = 0;

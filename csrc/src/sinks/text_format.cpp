@@ -247,6 +247,34 @@ void appendEpochSeconds(std::string& out, int64_t epochMicros) {
   out.append(buf, static_cast<size_t>(n));
 }
 
+namespace {
+
+// One value of Event.data: a JSON string, an integer, true/false, or a
+// double written by `appendDouble` (JSON lines and console lines write
+// non-finite doubles differently).
+template <typename AppendDouble>
+void appendDataValue(
+    std::string& out,
+    const data_value_t& value,
+    AppendDouble&& appendDouble) {
+  switch (value.index()) {
+    case 0:
+      appendJsonString(out, std::get<std::string>(value));
+      break;
+    case 1:
+      appendDouble(out, std::get<double>(value));
+      break;
+    case 2:
+      appendInt(out, std::get<int64_t>(value));
+      break;
+    default:
+      out += std::get<bool>(value) ? "true" : "false";
+      break;
+  }
+}
+
+} // namespace
+
 void appendJsonLine(std::string& out, const Event& event) {
   const int64_t micros = toEpochMicros(event.timestamp);
   out += "{\"name\":";
@@ -264,20 +292,7 @@ void appendJsonLine(std::string& out, const Event& event) {
     first = false;
     appendJsonString(out, key);
     out.push_back(':');
-    switch (value.index()) {
-      case 0:
-        appendJsonString(out, std::get<std::string>(value));
-        break;
-      case 1:
-        appendJsonDouble(out, std::get<double>(value));
-        break;
-      case 2:
-        appendInt(out, std::get<int64_t>(value));
-        break;
-      default:
-        out += std::get<bool>(value) ? "true" : "false";
-        break;
-    }
+    appendDataValue(out, value, appendJsonDouble);
   });
   out += "}}\n";
 }
@@ -290,26 +305,13 @@ void appendConsoleLine(std::string& out, const Event& event) {
     out.push_back(' ');
     appendJsonEscaped(out, key);
     out.push_back('=');
-    switch (value.index()) {
-      case 0:
-        appendJsonString(out, std::get<std::string>(value));
-        break;
-      case 1: {
-        const double d = std::get<double>(value);
-        if (std::isfinite(d)) {
-          appendShortestDouble(out, d);
-        } else {
-          out += std::isnan(d) ? "nan" : (d > 0 ? "inf" : "-inf");
-        }
-        break;
+    appendDataValue(out, value, [](std::string& out, double d) {
+      if (std::isfinite(d)) {
+        appendShortestDouble(out, d);
+      } else {
+        out += std::isnan(d) ? "nan" : (d > 0 ? "inf" : "-inf");
       }
-      case 2:
-        appendInt(out, std::get<int64_t>(value));
-        break;
-      default:
-        out += std::get<bool>(value) ? "true" : "false";
-        break;
-    }
+    });
   });
   out.push_back('\n');
 }

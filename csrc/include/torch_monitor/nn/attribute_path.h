@@ -50,6 +50,15 @@ class TORCH_MONITOR_API AttributePath {
   std::vector<std::string> parts_;
 };
 
+// How generated TorchScript source reaches one part of a path on a Python
+// module: `.name` for an attribute, `[i]` for an index into a ModuleList or
+// Sequential (ASCII digits only), `["text"]` for anything else, such as a
+// ModuleDict key that is no identifier or is a Python keyword ("class").
+// The one place that tells the kinds apart (torch_monitor/monitors.py asks
+// it through torch_monitor._C._attribute_path_parts).
+enum class PathPartKind { Attribute, Index, Key };
+TORCH_MONITOR_API PathPartKind pathPartKind(const std::string& part);
+
 // AttributePath(path).resolve(module), for a one-off lookup.
 TORCH_MONITOR_API c10::IValue resolveAttribute(
     const torch::nn::Module& module,
