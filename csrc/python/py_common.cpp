@@ -1,4 +1,5 @@
 #include "py_common.h"
+#include "pybind_internals.h"
 
 #include <cstdio>
 #include <string>
@@ -10,85 +11,6 @@ namespace {
 
 std::string typeName(py::handle obj) {
   return Py_TYPE(obj.ptr())->tp_name;
-}
-
-PyObject* createInitialised(
-    PyTypeObject* type,
-    PyObject* args,
-    PyObject* kwargs);
-
-// The class given to initialiseOnNew that `type` is or derives from.
-PyTypeObject* initialisedBase(PyTypeObject* type) {
-  PyTypeObject* base = nullptr;
-  for (PyTypeObject* t = type; t != nullptr; t = t->tp_base) {
-    if (t->tp_new == &createInitialised) {
-      base = t;
-    }
-  }
-  return base;
-}
-
-// tp_new of the classes given to initialiseOnNew.
-PyObject* createInitialised(
-    PyTypeObject* type,
-    PyObject* args,
-    PyObject* kwargs) {
-  PyObject* object = py::detail::pybind11_object_new(type, args, kwargs);
-  if (object == nullptr) {
-    return nullptr;
-  }
-  // Run __init__ now when it is the class's own: Python's call of __init__
-  // right after `cls(...)` is then ignored by pybind11 (the instance is
-  // already constructed). A subclass with an __init__ of its own keeps
-  // Python's protocol, so that its __init__ runs once (pybind11 then checks
-  // that it initialised the base).
-  PyTypeObject* base = initialisedBase(type);
-  bool initNow = type == base;
-  if (!initNow && base != nullptr) {
-    py::object own = py::reinterpret_steal<py::object>(
-        PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__init__"));
-    py::object inherited = py::reinterpret_steal<py::object>(
-        PyObject_GetAttrString(reinterpret_cast<PyObject*>(base), "__init__"));
-    if (!own || !inherited) {
-      Py_DECREF(object);
-      return nullptr;
-    }
-    initNow = own.is(inherited);
-  }
-  PyObject* empty = nullptr;
-  if (initNow && args == nullptr) {
-    args = empty = PyTuple_New(0);
-  }
-  if (initNow && (args == nullptr || type->tp_init(object, args, kwargs) < 0)) {
-    Py_CLEAR(object);
-  }
-  Py_XDECREF(empty);
-  return object;
-}
-
-// `__new__` as found in the class dict (`cls.__new__(cls, ...)`, or
-// super().__new__ from a subclass); `self` is the class.
-PyObject* newMethod(PyObject* self, PyObject* args, PyObject* kwargs) {
-  const Py_ssize_t n = PyTuple_GET_SIZE(args);
-  auto* cls = reinterpret_cast<PyTypeObject*>(self);
-  if (n < 1 || !PyType_Check(PyTuple_GET_ITEM(args, 0)) ||
-      !PyType_IsSubtype(
-          reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(args, 0)), cls)) {
-    PyErr_Format(
-        PyExc_TypeError,
-        "%s.__new__(X): X must be %s or a subclass of it",
-        cls->tp_name,
-        cls->tp_name);
-    return nullptr;
-  }
-  PyObject* rest = PyTuple_GetSlice(args, 1, n);
-  if (rest == nullptr) {
-    return nullptr;
-  }
-  PyObject* object = createInitialised(
-      reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(args, 0)), rest, kwargs);
-  Py_DECREF(rest);
-  return object;
 }
 
 } // namespace
@@ -139,39 +61,6 @@ void markFace(py::handle cls, const char* scriptClass) {
   cls.attr("_script_class") = py::str(scriptClass);
 }
 
-void initialiseOnNew(py::handle cls) {
-  // The definition must outlive the class; one serves every class, since
-  // the function receives its class as `self`.
-  static PyMethodDef def = {
-      "__new__",
-      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&newMethod)),
-      METH_VARARGS | METH_KEYWORDS,
-      "Creates and initialises the object (arguments as for __init__)"};
-  py::object function = py::reinterpret_steal<py::object>(
-      PyCFunction_NewEx(&def, cls.ptr(), nullptr));
-  py::object method = function
-      ? py::reinterpret_steal<py::object>(PyStaticMethod_New(function.ptr()))
-      : py::object();
-  if (!method ||
-      PyObject_SetAttrString(cls.ptr(), "__new__", method.ptr()) != 0) {
-    throw py::error_already_set();
-  }
-  // Setting __new__ made tp_new the generic slot_tp_new. A C slot of our own
-  // instead is faster, and makes CPython refuse the bypass
-  // `object.__new__`-style calls of a base (pybind11_object.__new__(cls),
-  // torch.ScriptObject.__new__(cls)) as "not safe".
-  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
-  type->tp_new = &createInitialised;
-  PyType_Modified(type);
-}
-
-bool pythonIsUsable() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsInitialized() && !Py_IsFinalizing();
-#else
-  return Py_IsInitialized() && !_Py_IsFinalizing();
-#endif
-}
 
 PyRef::~PyRef() {
   if (pythonIsUsable()) {

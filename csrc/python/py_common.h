@@ -49,10 +49,8 @@ PyObject* noneOrPythonError(F&& body) {
   Py_RETURN_NONE;
 }
 
-// Whether Python may still run: false during and after interpreter
-// finalization, when C++ state freed late (a handler, a monitor or a reducer
-// held by a static or a TorchScript module) must not call into Python.
-bool pythonIsUsable();
+// pythonIsUsable() (whether Python may still run) is in pybind_internals.h:
+// before Python 3.13 it needs CPython's private _Py_IsFinalizing.
 
 // Owns a Python object from C++ state that may be dropped on any thread
 // without the GIL (a monitor or a criterion destroyed by a TorchScript
@@ -92,13 +90,6 @@ py::object eventToPython(const Event& event);
 // TypeError for anything else.
 std::string textFromPython(py::handle obj, const std::string& what);
 
-// Makes `cls.__new__(cls, ...)` also run `cls.__init__`: pybind11 would
-// otherwise hand out an object whose C++ value was never constructed, and
-// every method of it (and of torch.ScriptObject, and torch.jit.script)
-// would read garbage. `cls.__new__(cls)` without arguments then raises
-// __init__'s TypeError. Pickling must go through __reduce_ex__ (a factory),
-// not copyreg's __new__ + __setstate__.
-void initialiseOnNew(py::handle cls);
 
 // Marks `cls` (a torch::jit::Object subclass) as the Python face of the
 // custom class torch.classes.torch_monitor.<scriptClass>: torch_monitor._fake

@@ -1,4 +1,5 @@
 #include "py_common.h"
+#include "pybind_internals.h"
 
 #include <cmath>
 #include <ctime>

@@ -1,4 +1,5 @@
 #include "py_common.h"
+#include "pybind_internals.h"
 
 #include <algorithm>
 #include <mutex>
@@ -8,14 +9,6 @@
 
 namespace torch_monitor::python {
 namespace {
-
-bool interpreterIsUsable() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsInitialized() && !Py_IsFinalizing();
-#else
-  return Py_IsInitialized() && !_Py_IsFinalizing();
-#endif
-}
 
 // The event being logged from Python on this thread, so Python handlers get
 // the caller's own object rather than a copy.
@@ -46,27 +39,18 @@ class PythonEventHandler : public EventHandler {
   explicit PythonEventHandler(py::object callable)
       : callable_(std::move(callable)) {}
 
-  ~PythonEventHandler() override {
-    if (interpreterIsUsable()) {
-      py::gil_scoped_acquire gil;
-      callable_ = py::object();
-    } else {
-      callable_.release(); // the interpreter is gone; leak the reference
-    }
-  }
-
   void handle(const Event& event) override {
     // Stats destroyed during interpreter shutdown still log; Python can no
     // longer run handlers then.
-    if (!interpreterIsUsable()) {
+    if (!pythonIsUsable()) {
       return;
     }
     py::gil_scoped_acquire gil;
-    callable_(eventToPython(event));
+    callable_.get()(eventToPython(event));
   }
 
  private:
-  py::object callable_;
+  PyRef callable_;
 };
 
 // Live Python handlers, so they can all be unregistered at interpreter exit
@@ -127,10 +111,7 @@ PyObject* fastLogEvent(
         Py_TYPE(pyEvent)->tp_name);
     return nullptr;
   }
-  auto* inst = reinterpret_cast<py::detail::instance*>(pyEvent);
-  void* value = inst->simple_layout
-      ? inst->simple_value_holder[0]
-      : py::detail::values_and_holders(inst).begin()->value_ptr();
+  void* value = cppObjectOf(pyEvent);
   if (value == nullptr) {
     PyErr_SetString(
         PyExc_TypeError, "log_event: Event.__init__ was not called");
@@ -139,23 +120,12 @@ PyObject* fastLogEvent(
   if (!hasEventHandlers()) {
     Py_RETURN_NONE;
   }
-  try {
+  return noneOrPythonError([&]() {
     const Event& event = *static_cast<const Event*>(value);
     const LoggedFromPython scope(event, pyEvent);
     // A Python Event's strings were checked as they were set.
     detail::dispatchEvent(event);
-  } catch (py::error_already_set& e) {
-    e.restore();
-    return nullptr;
-  } catch (const std::exception& e) {
-    setPythonError(e);
-    return nullptr;
-  } catch (...) {
-    PyErr_SetString(
-        PyExc_RuntimeError, "log_event: a handler threw a non-C++ exception");
-    return nullptr;
-  }
-  Py_RETURN_NONE;
+  });
 }
 
 } // namespace

@@ -26,4 +26,22 @@ inline void* cppObjectOf(PyObject* obj) {
 // The class must use plain (generic) attribute lookup otherwise.
 void refuseUninitialisedUse(pybind11::handle cls);
 
+// Makes `cls.__new__(cls, ...)` also run `cls.__init__`: pybind11 would
+// otherwise hand out an object whose C++ value was never constructed, and
+// every method of it (and of torch.ScriptObject, and torch.jit.script)
+// would read garbage. `cls.__new__(cls)` without arguments then raises
+// __init__'s TypeError. Pickling must go through __reduce_ex__ (a factory),
+// not copyreg's __new__ + __setstate__.
+// (Replaces the class's tp_new with one built on pybind11::detail::
+// pybind11_object_new; test_reliability_core.py's __new__ tests guard it.)
+void initialiseOnNew(pybind11::handle cls);
+
+// Whether Python may still run: false during and after interpreter
+// finalization, when C++ state freed late (a handler, a monitor or a reducer
+// held by a static or a TorchScript module) must not call into Python.
+// Before Python 3.13 this reads CPython's private _Py_IsFinalizing;
+// test/python/test_reliability_core.py's exit tests fail (a crash at exit)
+// if it stops telling.
+bool pythonIsUsable();
+
 } // namespace torch_monitor::python
