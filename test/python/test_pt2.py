@@ -197,6 +197,17 @@ def test_exported_stat_calls_run_on_the_original_stat():
     assert_same_windows(module.stat, twin.stat)
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_exported_intstat_counts_like_eager(strict):
+    module, twin = Counts("pt2.exported_hits"), Counts("pt2.twin_hits")
+    runnable = torch.export.export(module, (torch.randn(2, 4),), strict=strict).module()
+    for x in inputs(3):
+        runnable(x)
+        twin(x)
+    assert module.stat.count == 3 * (1 + 8)
+    assert_same_windows(module.stat, twin.stat)
+
+
 def test_exported_monitor_records_like_eager():
     module, monitor = monitored()
     twin, twin_monitor = monitored()
@@ -209,7 +220,8 @@ def test_exported_monitor_records_like_eager():
     torch.testing.assert_close(monitor.dump(), twin_monitor.dump())
 
 
-def test_module_holding_reducers_and_monitors_exports():
+@pytest.mark.parametrize("strict", [False, True])
+def test_module_holding_reducers_and_monitors_exports(strict):
     class Holds(nn.Module):
         def __init__(self):
             super().__init__()
@@ -222,7 +234,7 @@ def test_module_holding_reducers_and_monitors_exports():
 
     module = Holds()
     monitor = tm.DifferenceMonitor(module.passthrough, "lin.weight", module)  # noqa: F841 (kept alive)
-    exported = torch.export.export(module, (torch.randn(2, 3),), strict=False)
+    exported = torch.export.export(module, (torch.randn(2, 3),), strict=strict)
     exported.module()(torch.randn(2, 3))
     assert module.passthrough.peek().shape == (3, 3)
 
