@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from . import _C
+from . import _C, _reducer_table
 from ._checks import strict_bool
 
 __all__ = [
@@ -107,10 +107,25 @@ def _criterion_parts(criterion: Any) -> Tuple[str, float, Optional[Callable]]:
     )
 
 
+def _forwarded(name: str, convert: Callable[[Any], Any], doc: str) -> property:
+    """A property read by ``script_reducer.<name>()`` and written by
+    ``script_reducer.set_<name>(convert(value))``."""
+
+    def get(self) -> Any:
+        return getattr(self.script_reducer, name)()
+
+    def set_(self, value: Any) -> None:
+        getattr(self.script_reducer, "set_" + name)(convert(value))
+
+    return property(get, set_, doc=doc)
+
+
 class FoldReducer(nn.Module):
     """Base of the reducers: a fold over the inputs, recorded in a history.
 
-    Subclasses set ``_kind`` (the C++ reducer kind, the inferno class name).
+    Subclasses set ``_kind`` (the C++ reducer kind, the inferno class name);
+    their constructor and parameter properties then come from the C++ table
+    of kinds (see ``_reducer_table``), unless they define their own.
     The state is in ``script_reducer`` (a ``torch.classes.torch_monitor.Reducer``);
     ``.to()``/``.cuda()``/``.double()`` move or cast its history, and
     ``state_dict()`` carries it (as the module's extra state).
@@ -121,9 +136,22 @@ class FoldReducer(nn.Module):
     """
 
     _kind = ""
+    # Where inferno's constructor differs from the table's order: the
+    # criterion before the parameters (EventReducer); duration, inclusive and
+    # inplace keyword-only (the traces); defaults in another spelling.
+    _criterion_first = False
+    _keyword_only_timing = False
+    _defaults: dict = {}
+
+    @classmethod
+    def _to_table(cls, name: str, value: Any) -> float:
+        """A constructor argument as the table's number."""
+        return float(value)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "_kind" in vars(cls):
+            _reducer_table.derive(cls, FoldReducer.__init__)
         # TorchScript would try to compile every property otherwise.
         cls.__jit_unused_properties__ = sorted(
             {
@@ -157,19 +185,14 @@ class FoldReducer(nn.Module):
         if torch.get_default_dtype() != torch.float32:
             self.script_reducer.to(None, torch.get_default_dtype())
 
-    def _build(
-        self,
-        step_time: float,
-        duration: float,
-        inclusive: bool,
-        inplace: bool,
-        params: dict,
-    ) -> None:
+    def _build(self, *config: Any) -> None:
+        """(Re)creates ``script_reducer`` from its configuration: step_time,
+        duration, inclusive, inplace and the parameters by name."""
         name, threshold, fn = ("", 0.0, None)
         if self._criterion is not None:
             name, threshold, fn = _criterion_parts(self._criterion)
         self.script_reducer = torch.classes.torch_monitor.Reducer(
-            self._kind, step_time, duration, inclusive, inplace, params, name, threshold
+            self._kind, *config, name, threshold
         )
         self._handle = _C._ReducerHandle(self.script_reducer)
         if fn is not None:
@@ -235,55 +258,32 @@ class FoldReducer(nn.Module):
 
     # -- time and history ------------------------------------------------
 
-    @property
-    def dt(self) -> float:
+    dt = _forwarded(
+        "step_time",
+        float,
         """Time between two recorded states; setting it resizes the history
-        when its length changes (keeping the newest states)."""
-        return self.script_reducer.step_time()
-
-    @dt.setter
-    def dt(self, value: float) -> None:
-        self.script_reducer.set_step_time(float(value))
-
-    @property
-    def step_time(self) -> float:
-        """Alias of ``dt``."""
-        return self.dt
-
-    @step_time.setter
-    def step_time(self, value: float) -> None:
-        self.dt = value
-
-    @property
-    def duration(self) -> float:
+        when its length changes (keeping the newest states).""",
+    )
+    step_time = property(dt.fget, dt.fset, doc="Alias of ``dt``.")
+    duration = _forwarded(
+        "duration",
+        float,
         """Time the history covers; setting it resizes the history when its
         length changes (keeping the newest states, padding with the fill
-        value on the oldest side)."""
-        return self.script_reducer.duration()
-
-    @duration.setter
-    def duration(self, value: float) -> None:
-        self.script_reducer.set_duration(float(value))
-
-    @property
-    def inclusive(self) -> bool:
+        value on the oldest side).""",
+    )
+    inclusive = _forwarded(
+        "inclusive",
+        lambda value: strict_bool(value, "inclusive"),
         """Whether the history holds one more state, so that ``duration``
-        itself can be viewed."""
-        return self.script_reducer.inclusive()
-
-    @inclusive.setter
-    def inclusive(self, value: bool) -> None:
-        self.script_reducer.set_inclusive(strict_bool(value, "inclusive"))
-
-    @property
-    def inplace(self) -> bool:
+        itself can be viewed.""",
+    )
+    inplace = _forwarded(
+        "inplace",
+        lambda value: strict_bool(value, "inplace"),
         """Whether states are written into the history in place (without
-        autograd) rather than out of place."""
-        return self.script_reducer.inplace()
-
-    @inplace.setter
-    def inplace(self, value: bool) -> None:
-        self.script_reducer.set_inplace(strict_bool(value, "inplace"))
+        autograd) rather than out of place.""",
+    )
 
     @property
     def recordsz(self) -> int:
@@ -346,13 +346,7 @@ class FoldReducer(nn.Module):
             parts.append(f"criterion={self._criterion!r}")
         return ", ".join(parts)
 
-    # -- parameters --------------------------------------------------------
-
-    def _param(self, name: str) -> float:
-        return self.script_reducer.params()[name]
-
-    def _set_param(self, name: str, value: float) -> None:
-        self.script_reducer.set_param(name, float(value))
+    # -- criterion ---------------------------------------------------------
 
     @property
     def criterion(self) -> Any:
@@ -385,15 +379,6 @@ class PassthroughReducer(FoldReducer):
 
     _kind = "PassthroughReducer"
 
-    def __init__(
-        self,
-        step_time: float,
-        duration: float = 0.0,
-        inclusive: bool = False,
-        inplace: bool = False,
-    ):
-        FoldReducer.__init__(self, step_time, duration, inclusive, inplace, {})
-
 
 class EventReducer(FoldReducer):
     """Records, per element, the time since ``criterion`` last matched.
@@ -410,29 +395,17 @@ class EventReducer(FoldReducer):
     """
 
     _kind = "EventReducer"
+    # inferno's order and spelling: the criterion first, initial by name.
+    _criterion_first = True
+    _defaults = {"initial": "inf"}
 
-    def __init__(
-        self,
-        step_time: float,
-        criterion: Callable[[Tensor], Tensor],
-        initial: str = "inf",
-        duration: float = 0.0,
-        inclusive: bool = False,
-        inplace: bool = False,
-    ):
-        if not isinstance(initial, str) or initial.lower() not in ("inf", "zero", "nan"):
-            raise ValueError(
-                f"initial must be 'inf', 'zero' or 'nan', got {initial!r}"
-            )
-        value = 0.0 if initial.lower() == "zero" else float(initial)
-        FoldReducer.__init__(
-            self, step_time, duration, inclusive, inplace, {"initial": value}, criterion
-        )
-
-    @property
-    def initial(self) -> float:
-        """The value before the first event (inf, 0 or nan)."""
-        return self._param("initial")
+    @classmethod
+    def _to_table(cls, name: str, value: Any) -> float:
+        if name != "initial":
+            return super()._to_table(name, value)
+        if not isinstance(value, str) or value.lower() not in ("inf", "zero", "nan"):
+            raise ValueError(f"initial must be 'inf', 'zero' or 'nan', got {value!r}")
+        return 0.0 if value.lower() == "zero" else float(value)
 
 
 class EMAReducer(FoldReducer):
@@ -447,27 +420,6 @@ class EMAReducer(FoldReducer):
 
     _kind = "EMAReducer"
 
-    def __init__(
-        self,
-        step_time: float,
-        alpha: float,
-        duration: float = 0.0,
-        inclusive: bool = False,
-        inplace: bool = False,
-    ):
-        FoldReducer.__init__(
-            self, step_time, duration, inclusive, inplace, {"alpha": alpha}
-        )
-
-    @property
-    def alpha(self) -> float:
-        """Weight of each new observation."""
-        return self._param("alpha")
-
-    @alpha.setter
-    def alpha(self, value: float) -> None:
-        self._set_param("alpha", value)
-
 
 class CAReducer(FoldReducer):
     """Cumulative average of every observation since the last ``clear()``;
@@ -480,77 +432,20 @@ class CAReducer(FoldReducer):
 
     _kind = "CAReducer"
 
-    def __init__(
-        self,
-        step_time: float,
-        duration: float = 0.0,
-        inclusive: bool = False,
-        inplace: bool = False,
-    ):
-        FoldReducer.__init__(self, step_time, duration, inclusive, inplace, {})
 
+class _TraceReducer(FoldReducer):
+    """The traces: what they add to the table's parameters, and inferno's
+    keyword-only timing arguments."""
 
-class _TraceMixin:
-    """Parameters shared by the trace reducers."""
-
-    @property
-    def time_constant(self) -> float:
-        """Time constant of the exponential decay (> 0)."""
-        return self._param("time_constant")
-
-    @time_constant.setter
-    def time_constant(self, value: float) -> None:
-        self._set_param("time_constant", value)
+    _keyword_only_timing = True
 
     @property
     def decay(self) -> float:
         """Decay per step, exp(-dt / time_constant)."""
         return math.exp(-self.dt / self.time_constant)
 
-    @property
-    def amplitude(self) -> float:
-        """Value a match sets (nearest) or adds (cumulative)."""
-        return self._param("amplitude")
 
-    @amplitude.setter
-    def amplitude(self, value: float) -> None:
-        self._set_param("amplitude", value)
-
-
-class _TargetTraceMixin(_TraceMixin):
-    @property
-    def target(self) -> float:
-        """Observations equal to it (within ``tolerance``) are matches."""
-        return self._param("target")
-
-    @target.setter
-    def target(self, value: float) -> None:
-        self._set_param("target", value)
-
-    @property
-    def tolerance(self) -> Optional[float]:
-        """Largest absolute difference from ``target`` that still matches;
-        None for exact equality."""
-        return self.script_reducer.params().get("tolerance")
-
-    @tolerance.setter
-    def tolerance(self, value: Optional[float]) -> None:
-        self._set_param("tolerance", math.nan if value is None else value)
-
-
-class _ScaledTraceMixin(_TraceMixin):
-    @property
-    def scale(self) -> float:
-        """Factor of the observation in what a match contributes,
-        ``scale * x + amplitude``."""
-        return self._param("scale")
-
-    @scale.setter
-    def scale(self, value: float) -> None:
-        self._set_param("scale", value)
-
-
-class NearestTraceReducer(_TargetTraceMixin, FoldReducer):
+class NearestTraceReducer(_TraceReducer):
     """Trace of the latest match: ``amplitude`` where the observation equals
     ``target`` (within ``tolerance``), else the previous value decayed by
     exp(-dt / time_constant).
@@ -568,25 +463,8 @@ class NearestTraceReducer(_TargetTraceMixin, FoldReducer):
 
     _kind = "NearestTraceReducer"
 
-    def __init__(
-        self,
-        step_time: float,
-        time_constant: float,
-        amplitude: Union[int, float],
-        target: Union[int, float, bool],
-        tolerance: Optional[Union[int, float]] = None,
-        *,
-        duration: float = 0.0,
-        inclusive: bool = False,
-        inplace: bool = False,
-    ):
-        params = {"time_constant": time_constant, "amplitude": amplitude, "target": target}
-        if tolerance is not None:
-            params["tolerance"] = tolerance
-        FoldReducer.__init__(self, step_time, duration, inclusive, inplace, params)
 
-
-class CumulativeTraceReducer(_TargetTraceMixin, FoldReducer):
+class CumulativeTraceReducer(_TraceReducer):
     """Trace of all matches: the previous value decayed by
     exp(-dt / time_constant), plus ``amplitude`` where the observation equals
     ``target`` (within ``tolerance``).
@@ -596,25 +474,8 @@ class CumulativeTraceReducer(_TargetTraceMixin, FoldReducer):
 
     _kind = "CumulativeTraceReducer"
 
-    def __init__(
-        self,
-        step_time: float,
-        time_constant: float,
-        amplitude: Union[int, float],
-        target: Union[int, float, bool],
-        tolerance: Optional[Union[int, float]] = None,
-        *,
-        duration: float = 0.0,
-        inclusive: bool = False,
-        inplace: bool = False,
-    ):
-        params = {"time_constant": time_constant, "amplitude": amplitude, "target": target}
-        if tolerance is not None:
-            params["tolerance"] = tolerance
-        FoldReducer.__init__(self, step_time, duration, inclusive, inplace, params)
 
-
-class ScaledNearestTraceReducer(_ScaledTraceMixin, FoldReducer):
+class ScaledNearestTraceReducer(_TraceReducer):
     """Trace of the latest match, scaled by the input: ``scale * x +
     amplitude`` where ``criterion(x)``, else the previous value decayed.
 
@@ -631,25 +492,8 @@ class ScaledNearestTraceReducer(_ScaledTraceMixin, FoldReducer):
 
     _kind = "ScaledNearestTraceReducer"
 
-    def __init__(
-        self,
-        step_time: float,
-        time_constant: float,
-        amplitude: Union[int, float],
-        scale: Union[int, float],
-        criterion: Callable[[Tensor], Tensor],
-        *,
-        duration: float = 0.0,
-        inclusive: bool = False,
-        inplace: bool = False,
-    ):
-        params = {"time_constant": time_constant, "amplitude": amplitude, "scale": scale}
-        FoldReducer.__init__(
-            self, step_time, duration, inclusive, inplace, params, criterion
-        )
 
-
-class ScaledCumulativeTraceReducer(_ScaledTraceMixin, FoldReducer):
+class ScaledCumulativeTraceReducer(_TraceReducer):
     """Trace of all matches, scaled by the input: the previous value decayed,
     plus ``scale * x + amplitude`` where ``criterion(x)``.
 
@@ -658,25 +502,8 @@ class ScaledCumulativeTraceReducer(_ScaledTraceMixin, FoldReducer):
 
     _kind = "ScaledCumulativeTraceReducer"
 
-    def __init__(
-        self,
-        step_time: float,
-        time_constant: float,
-        amplitude: Union[int, float],
-        scale: Union[int, float],
-        criterion: Callable[[Tensor], Tensor],
-        *,
-        duration: float = 0.0,
-        inclusive: bool = False,
-        inplace: bool = False,
-    ):
-        params = {"time_constant": time_constant, "amplitude": amplitude, "scale": scale}
-        FoldReducer.__init__(
-            self, step_time, duration, inclusive, inplace, params, criterion
-        )
 
-
-class ConditionalNearestTraceReducer(_ScaledTraceMixin, FoldReducer):
+class ConditionalNearestTraceReducer(_TraceReducer):
     """Like :class:`ScaledNearestTraceReducer`, the matches being a second
     input: ``reducer(x, cond)`` (cond: bool, or nonzero elements).
 
@@ -689,22 +516,8 @@ class ConditionalNearestTraceReducer(_ScaledTraceMixin, FoldReducer):
 
     _kind = "ConditionalNearestTraceReducer"
 
-    def __init__(
-        self,
-        step_time: float,
-        time_constant: float,
-        amplitude: Union[int, float],
-        scale: Union[int, float],
-        *,
-        duration: float = 0.0,
-        inclusive: bool = False,
-        inplace: bool = False,
-    ):
-        params = {"time_constant": time_constant, "amplitude": amplitude, "scale": scale}
-        FoldReducer.__init__(self, step_time, duration, inclusive, inplace, params)
 
-
-class ConditionalCumulativeTraceReducer(_ScaledTraceMixin, FoldReducer):
+class ConditionalCumulativeTraceReducer(_TraceReducer):
     """Like :class:`ScaledCumulativeTraceReducer`, the matches being a second
     input: ``reducer(x, cond)``.
 
@@ -712,17 +525,3 @@ class ConditionalCumulativeTraceReducer(_ScaledTraceMixin, FoldReducer):
     """
 
     _kind = "ConditionalCumulativeTraceReducer"
-
-    def __init__(
-        self,
-        step_time: float,
-        time_constant: float,
-        amplitude: Union[int, float],
-        scale: Union[int, float],
-        *,
-        duration: float = 0.0,
-        inclusive: bool = False,
-        inplace: bool = False,
-    ):
-        params = {"time_constant": time_constant, "amplitude": amplitude, "scale": scale}
-        FoldReducer.__init__(self, step_time, duration, inclusive, inplace, params)

@@ -14,7 +14,7 @@
 
 #include <torch_monitor/detail/blocking_lock.h>
 #include <torch_monitor/monitors/difference_monitor.h>
-#include <torch_monitor/reducers/general.h>
+#include <torch_monitor/reducers/factory.h>
 
 namespace {
 
@@ -51,7 +51,7 @@ BENCHMARK(BM_BlockingLockUnlock);
 // One forward() worth of monitor work: capture, difference, reducer step.
 void BM_DifferenceMonitorStep64x64(benchmark::State& state) {
   at::set_num_threads(1);
-  auto reducer = std::make_shared<torch_monitor::PassthroughReducer>(1.0, 8.0);
+  auto reducer = torch_monitor::makeReducer("PassthroughReducer", 1.0, 8.0, false, false, {});
   torch_monitor::DifferenceMonitor monitor(reducer, "weight");
   const at::Tensor weight = at::randn({64, 64});
   for (auto _ : state) {

@@ -12,6 +12,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <torch_monitor/reducers/fold_reducer.h>
+#include <torch_monitor/reducers/kinds.h>
 #include <torch_monitor/script/script_reducer.h>
 
 namespace torch_monitor::python {
@@ -134,9 +135,42 @@ class ReducerHandle {
   FoldReducer* reducer_ = nullptr; // &holder_->fold(), cached
 };
 
+// reducerKindTable() as plain data, from which torch_monitor.reducers builds
+// its classes: a list of {"name", "params", "takes_criterion", "arity"},
+// each parameter {"name", "default" (None when required or unset),
+// "required", "unsettable", "fixed", "check" (the allowed values in words)}.
+py::list reducerKindsAsData() {
+  py::list kinds;
+  for (const ReducerKind& kind : reducerKindTable()) {
+    py::list params;
+    for (const ParamSpec& spec : kind.params) {
+      py::dict param;
+      param["name"] = spec.name;
+      param["default"] = spec.defaultValue ? py::cast(*spec.defaultValue)
+                                           : py::none();
+      param["required"] = !spec.defaultValue && !spec.unsettable;
+      param["unsettable"] = spec.unsettable;
+      param["fixed"] = spec.fixed;
+      param["check"] = describeCheck(spec.check);
+      params.append(param);
+    }
+    py::dict entry;
+    entry["name"] = kind.name;
+    entry["params"] = params;
+    entry["takes_criterion"] = kind.takesCriterion();
+    entry["arity"] = kind.arity();
+    kinds.append(entry);
+  }
+  return kinds;
+}
+
 } // namespace
 
 void initReducers(py::module_& m) {
+  m.def(
+      "_reducer_kinds",
+      &reducerKindsAsData,
+      "the C++ table of reducer kinds (kinds.h) as plain data");
   auto handle = py::class_<ReducerHandle>(
       m,
       "_ReducerHandle",

@@ -22,8 +22,7 @@
 #include <torch/csrc/jit/serialization/import.h>
 
 #include <torch_monitor/monitors/difference_monitor.h>
-#include <torch_monitor/reducers/general.h>
-#include <torch_monitor/reducers/stats.h>
+#include <torch_monitor/reducers/factory.h>
 #include <torch_monitor/script/script_difference_monitor.h>
 
 #include "test_support.h"
@@ -173,7 +172,7 @@ TEST_F(DifferenceMonitorTest, HistoryIsDetachedByDefault) {
 // before(). Thread t's value goes from t to 10 * t, so every difference is
 // 9 * t; a capture taken from another thread would give something else.
 TEST(DifferenceMonitorThreads, EachThreadPairsItsOwnCaptures) {
-  auto reducer = std::make_shared<PassthroughReducer>(1.0, 1000.0);
+  auto reducer = makeReducer("PassthroughReducer", 1.0, 1000.0, false, false, {});
   DifferenceMonitor monitor(reducer, "state");
   constexpr int kThreads = 4;
   constexpr int kCalls = 500;
@@ -210,7 +209,7 @@ TEST(DifferenceMonitorThreads, OneReducerFedAndReadFromSeveralThreads) {
   // in the plain and ASan builds.
   GTEST_SKIP() << "LibTorch's uninstrumented view reference counts";
 #endif
-  EMAReducer reducer(1.0, 0.5, 16.0);
+  FoldReducer reducer(reducerKind("EMAReducer"), 1.0, 16.0, false, false, {{"alpha", 0.5}});
   constexpr int kThreads = 4;
   constexpr int kCalls = 300;
   std::vector<std::thread> threads;
@@ -218,7 +217,7 @@ TEST(DifferenceMonitorThreads, OneReducerFedAndReadFromSeveralThreads) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kCalls; ++i) {
         if (t == 0 && i % 50 == 0) {
-          reducer.setAlpha(0.5);
+          reducer.setParam("alpha", 0.5);
           reducer.setDuration(i % 100 == 0 ? 16.0 : 8.0);
         }
         reducer.forward({at::ones({8})});
@@ -405,7 +404,7 @@ TEST(DifferenceMonitor, NeedsAReducer) {
 }
 
 TEST(DifferenceMonitor, FeedsARealReducer) {
-  auto passthrough = std::make_shared<PassthroughReducer>(1.0, 2.0);
+  auto passthrough = makeReducer("PassthroughReducer", 1.0, 2.0, false, false, {});
   DifferenceMonitor monitor(passthrough, "w");
   at::Tensor w = vec({1, 2});
   for (int i = 0; i < 2; ++i) {
@@ -429,7 +428,7 @@ c10::intrusive_ptr<ScriptDifferenceMonitor> scriptMonitor(
 }
 
 TEST(ScriptDifferenceMonitor, MethodsReachTheSameMonitor) {
-  auto passthrough = std::make_shared<PassthroughReducer>(1.0);
+  auto passthrough = makeReducer("PassthroughReducer", 1.0, 0.0, false, false, {});
   auto holder = scriptMonitor(passthrough);
   torch::jit::Object object(c10::IValue(holder).toObject());
   EXPECT_EQ(
@@ -449,7 +448,7 @@ TEST(ScriptDifferenceMonitor, MethodsReachTheSameMonitor) {
 
 // What a C++ program sees: a module holding a monitor, saved and loaded.
 TEST(ScriptDifferenceMonitor, SavedWithAModuleAndLoaded) {
-  auto passthrough = std::make_shared<PassthroughReducer>(1.0, 2.0);
+  auto passthrough = makeReducer("PassthroughReducer", 1.0, 2.0, false, false, {});
   auto holder = scriptMonitor(passthrough, "block.state");
   holder->monitor().setEvalUpdate(false);
   holder->monitor().before(vec({1}), true);
@@ -486,7 +485,7 @@ TEST(ScriptDifferenceMonitor, SavedWithAModuleAndLoaded) {
 }
 
 TEST(ScriptDifferenceMonitor, RefusesToSaveCustomCallables) {
-  auto holder = scriptMonitor(std::make_shared<PassthroughReducer>(1.0));
+  auto holder = scriptMonitor(makeReducer("PassthroughReducer", 1.0, 0.0, false, false, {}));
   holder->monitor().setOp(
       [](const at::Tensor& a, const at::Tensor& b) { return a + b; });
   expectError<c10::Error>(
@@ -497,7 +496,7 @@ TEST(ScriptDifferenceMonitor, RefusesToSaveCustomCallables) {
 }
 
 TEST(ScriptDifferenceMonitor, RefusesAnotherStateVersion) {
-  auto holder = scriptMonitor(std::make_shared<PassthroughReducer>(1.0));
+  auto holder = scriptMonitor(makeReducer("PassthroughReducer", 1.0, 0.0, false, false, {}));
   auto state = holder->state();
   std::get<0>(state) = ScriptDifferenceMonitor::kStateVersion + 1;
   expectError<c10::Error>(
@@ -509,7 +508,7 @@ TEST(ScriptDifferenceMonitor, RefusesAnotherStateVersion) {
 }
 
 TEST(ScriptDifferenceMonitor, ReadsVersionOneStateWithoutKeepGraph) {
-  auto holder = scriptMonitor(std::make_shared<PassthroughReducer>(1.0));
+  auto holder = scriptMonitor(makeReducer("PassthroughReducer", 1.0, 0.0, false, false, {}));
   holder->monitor().setKeepGraph(true);
   auto [version, name, train, eval, reducer, keep] = holder->state();
   EXPECT_EQ(version, 2);

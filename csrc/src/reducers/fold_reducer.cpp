@@ -37,16 +37,41 @@ class StepGuard {
 } // namespace
 
 FoldReducer::FoldReducer(
+    const ReducerKind& kind,
     double stepTime,
     double duration,
     bool inclusive,
     bool inplace,
-    double fill)
-    : stepTime_(stepTime),
+    const std::map<std::string, double>& params,
+    Criterion criterion)
+    : kind_(kind),
+      params_(kind.resolveParams(params)),
+      criterion_(std::move(criterion)),
+      stepTime_(stepTime),
       duration_(duration),
       inclusive_(inclusive),
       inplace_(inplace),
-      history_(torch_monitor::historySize(stepTime, duration, inclusive), fill) {}
+      history_(
+          torch_monitor::historySize(stepTime, duration, inclusive),
+          kind.fill(params_)) {
+  if (kind_.takesCriterion()) {
+    checkCriterion(criterion_);
+  } else {
+    TORCH_CHECK_VALUE(
+        !criterion_.valid(),
+        kind_.name,
+        " takes no criterion, got ",
+        criterion_.repr());
+  }
+}
+
+void FoldReducer::checkCriterion(const Criterion& criterion) const {
+  TORCH_CHECK_VALUE(
+      criterion.valid(),
+      kind_.name,
+      " needs a criterion: a built-in one (eq, ne, gt, ge, lt, le with a "
+      "threshold, or nonzero) or, from Python, a callable");
+}
 
 void FoldReducer::checkInputs(const std::vector<at::Tensor>& inputs) const {
   TORCH_CHECK_VALUE(
@@ -95,7 +120,7 @@ void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
   at::Tensor state;
   {
     std::optional<at::Tensor> previous;
-    if (hasState_ && foldReadsState()) {
+    if (hasState_ && kind_.fold != FoldRule::Passthrough) {
       previous = history_.row(1);
     }
     state = fold(inputs, previous);
@@ -306,48 +331,44 @@ void FoldReducer::clear(bool keepshape) {
 
 std::map<std::string, double> FoldReducer::params() const {
   detail::BlockingLock guard(mutex_);
-  return paramsLocked();
+  return params_;
 }
 
 void FoldReducer::setParam(const std::string& name, double value) {
   detail::BlockingLock guard(mutex_);
-  setParamLocked(name, value);
-}
-
-void FoldReducer::setParamLocked(const std::string& name, double /*value*/) {
-  unknownParam(name);
+  kind_.checkParam(name, value);
+  const ParamSpec& spec = *kind_.param(name);
+  if (spec.fixed) {
+    const double current = params_.at(name);
+    TORCH_CHECK_VALUE(
+        value == current || (std::isnan(value) && std::isnan(current)),
+        kind_.name,
+        ": ",
+        name,
+        " is fixed at construction (it is ",
+        current,
+        "); build a new reducer to use ",
+        value);
+  } else if (spec.unsettable && std::isnan(value)) {
+    params_.erase(name);
+  } else {
+    params_[name] = value;
+  }
 }
 
 std::optional<Criterion> FoldReducer::criterion() const {
   detail::BlockingLock guard(mutex_);
-  const Criterion* criterion = criterionLocked();
-  return criterion != nullptr ? std::optional<Criterion>(*criterion)
-                              : std::nullopt;
+  if (!kind_.takesCriterion()) {
+    return std::nullopt;
+  }
+  return criterion_;
 }
 
 void FoldReducer::setCriterion(Criterion criterion) {
   detail::BlockingLock guard(mutex_);
-  setCriterionLocked(std::move(criterion));
-}
-
-void FoldReducer::unknownParam(const std::string& name) const {
-  std::string known;
-  for (const auto& entry : paramsLocked()) {
-    known += (known.empty() ? "" : ", ") + entry.first;
-  }
-  C10_THROW_ERROR(
-      ValueError,
-      c10::str(
-          kind(),
-          " has no parameter '",
-          name,
-          "'",
-          known.empty() ? std::string("; it has none")
-                        : "; its parameters are " + known));
-}
-
-void FoldReducer::setCriterionLocked(Criterion /*criterion*/) {
-  TORCH_CHECK_VALUE(false, kind(), " takes no criterion");
+  TORCH_CHECK_VALUE(kind_.takesCriterion(), kind_.name, " takes no criterion");
+  checkCriterion(criterion);
+  criterion_ = std::move(criterion);
 }
 
 void FoldReducer::setStepTime(double stepTime) {
@@ -359,7 +380,6 @@ void FoldReducer::setStepTime(double stepTime) {
   }
   stepTime_ = stepTime;
   history_.resize(size);
-  onStepTimeChanged();
 }
 
 void FoldReducer::setDuration(double duration) {

@@ -24,7 +24,7 @@
 #include <torch/torch.h>
 
 #include <torch_monitor/nn.h>
-#include <torch_monitor/reducers/general.h>
+#include <torch_monitor/reducers/factory.h>
 #include <torch_monitor/torch_monitor.h>
 
 #include <algorithm>
@@ -146,8 +146,9 @@ int main(int argc, char** argv) {
   // ---- monitoring setup: these lines are all it takes --------------------
   auto printer = std::make_shared<LossPrinter>();
   torch_monitor::registerEventHandler(printer);
-  auto ratios = std::make_shared<torch_monitor::PassthroughReducer>(
-      /*stepTime=*/1.0, /*duration=*/static_cast<double>(steps)); // one row per step
+  auto ratios = torch_monitor::makeReducer(
+      "PassthroughReducer", /*stepTime=*/1.0, /*duration=*/static_cast<double>(steps),
+      /*inclusive=*/false, /*inplace=*/false, /*params=*/{}); // one row per step
   auto monitor = std::make_shared<torch_monitor::DifferenceMonitor>(
       ratios, kWatched, /*trainUpdate=*/true, /*evalUpdate=*/false);
   monitor->setOp([](const at::Tensor& after, const at::Tensor& before) {
@@ -156,7 +157,7 @@ int main(int argc, char** argv) {
   });
   torch_monitor::nn::HookHandle hooks =
       torch_monitor::nn::attach(monitor, step, kWatched);
-  auto activity = std::make_shared<torch_monitor::PassthroughReducer>(1.0, 10.0);
+  auto activity = torch_monitor::makeReducer("PassthroughReducer", 1.0, 10.0, false, false, {});
   hooks.merge(torch_monitor::nn::attach(
       std::make_shared<torch_monitor::DifferenceMonitor>(activity, kWatchedBuffer),
       step,

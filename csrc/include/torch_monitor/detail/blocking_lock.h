@@ -30,8 +30,7 @@ TORCH_MONITOR_API uint64_t forkGeneration() noexcept;
 // there). Registering every reducer with pthread_atfork would cost a global
 // registry; instead each mutex remembers the fork generation it was made in,
 // and the first lock in a newer generation builds it anew. Recursive,
-// because a reducer's public methods call each other and its subclasses'
-// setters call the base's (setParam -> TraceReducer::setParam).
+// because a reducer's public methods call each other.
 // Thread safety: lock()/unlock() from any thread, as a mutex.
 class TORCH_MONITOR_API ForkSafeMutex {
  public:

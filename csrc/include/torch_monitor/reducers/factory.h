@@ -8,35 +8,34 @@
 #include <torch_monitor/export.h>
 #include <torch_monitor/reducers/criterion.h>
 #include <torch_monitor/reducers/fold_reducer.h>
+#include <torch_monitor/reducers/kinds.h>
 
 namespace torch_monitor {
 
 // Builds a reducer from its kind (the inferno class name) and its parameters
-// by name, as the TorchScript class and saved models describe it:
-//   PassthroughReducer, CAReducer       (none)
-//   EventReducer                        initial (inf | 0 | nan; default inf)
-//                                       + criterion
-//   EMAReducer                          alpha
-//   NearestTraceReducer,
-//   CumulativeTraceReducer              time_constant, amplitude, target,
-//                                       tolerance (optional)
-//   ScaledNearestTraceReducer,
-//   ScaledCumulativeTraceReducer        time_constant, amplitude, scale
-//                                       + criterion
-//   ConditionalNearestTraceReducer,
-//   ConditionalCumulativeTraceReducer   time_constant, amplitude, scale
-// Throws c10::ValueError for an unknown kind, a missing or unknown parameter,
-// or a criterion given to / missing from a kind.
-TORCH_MONITOR_API std::shared_ptr<FoldReducer> makeReducer(
+// by name, as reducerKindTable() describes them (kinds.h). Throws
+// c10::ValueError for an unknown kind (listing the kinds), a missing, unknown
+// or out-of-range parameter (saying which and what is allowed), or a
+// criterion given to / missing from a kind.
+inline std::shared_ptr<FoldReducer> makeReducer(
     const std::string& kind,
     double stepTime,
     double duration,
     bool inclusive,
     bool inplace,
     const std::map<std::string, double>& params,
-    Criterion criterion = Criterion());
+    Criterion criterion = Criterion()) {
+  return std::make_shared<FoldReducer>(
+      reducerKind(kind),
+      stepTime,
+      duration,
+      inclusive,
+      inplace,
+      params,
+      std::move(criterion));
+}
 
-// The kinds makeReducer() knows, in the table's order.
+// The kinds makeReducer() knows, in the table's order (kinds.cpp).
 TORCH_MONITOR_API const std::vector<std::string>& reducerKinds();
 
 } // namespace torch_monitor

@@ -14,14 +14,16 @@
 #include <torch_monitor/export.h>
 #include <torch_monitor/reducers/criterion.h>
 #include <torch_monitor/reducers/history.h>
+#include <torch_monitor/reducers/kinds.h>
 #include <torch_monitor/reducers/reducer.h>
 
 namespace torch_monitor {
 
 // A reducer whose state after each step is fold(inputs, previous state),
-// recorded in a History of the last N states (inferno's FoldReducer). The
-// subclasses (one per inferno reducer) give the fold, the interpolation
-// between two recorded states, and the fill value of never-written rows.
+// recorded in a History of the last N states (inferno's FoldReducer). Its
+// kind (an entry of reducerKindTable(), one per inferno reducer) gives its
+// parameters, the fold, the interpolation between two recorded states, and
+// the fill value of never-written rows; makeReducer() builds one by name.
 //
 // Time: states are `stepTime()` apart; the history covers `duration()`
 // (N = historySize(stepTime, duration, inclusive)). view(t) reads the state t
@@ -59,20 +61,33 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   std::optional<at::Tensor> view(double time, double tolerance = 1e-7) const;
   void clear(bool keepshape = false) final;
 
+  // `kind` is kept by reference: an entry of reducerKindTable() (or one that
+  // outlives the reducer). Throws c10::ValueError for stepTime <= 0,
+  // duration < 0, or parameters or a criterion the kind does not accept.
+  FoldReducer(
+      const ReducerKind& kind,
+      double stepTime,
+      double duration,
+      bool inclusive,
+      bool inplace,
+      const std::map<std::string, double>& params = {},
+      Criterion criterion = Criterion());
+
   // The inferno class name ("EMAReducer", ...); makeReducer() takes it.
-  virtual const char* kind() const noexcept = 0;
-  // How many tensors forward() takes (2 for the conditional traces).
-  virtual size_t arity() const noexcept {
-    return 1;
+  const char* kind() const noexcept {
+    return kind_.name.c_str();
   }
-  // The kind's own parameters by name (see makeReducer() for the names).
+  // How many tensors forward() takes (2 for the conditional traces).
+  size_t arity() const noexcept {
+    return kind_.arity();
+  }
+  // The kind's own parameters by name (an unset optional one is absent).
   std::map<std::string, double> params() const;
   // Changes one of params(); throws c10::ValueError for an unknown name or an
   // invalid value. Parameters fixed at construction (EventReducer's initial)
-  // cannot be set.
+  // cannot be set; NaN unsets an optional one (a trace's tolerance).
   void setParam(const std::string& name, double value);
-  // A copy of the criterion of EventReducer and the Scaled*TraceReducers,
-  // else nullopt.
+  // A copy of the criterion of the kinds that take one, else nullopt.
   std::optional<Criterion> criterion() const;
   // Throws c10::ValueError for reducers without a criterion or an empty one.
   void setCriterion(Criterion criterion);
@@ -113,67 +128,42 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   // history size.
   void restore(const Snapshot& snapshot);
 
- protected:
-  // Throws c10::ValueError for stepTime <= 0 or duration < 0.
-  FoldReducer(
-      double stepTime,
-      double duration,
-      bool inclusive,
-      bool inplace,
-      double fill);
-
-  // The new state from arity() raw inputs (already checked for device and
-  // shape) and the previous state (nullopt at the first step). Inputs keep
-  // their dtype, so criteria see them as given; cast values with asState().
-  // steps() already counts this step.
-  virtual at::Tensor fold(
+ private:
+  // `x` cast to the history's dtype.
+  at::Tensor asState(const at::Tensor& x) const;
+  void checkInputs(const std::vector<at::Tensor>& inputs) const;
+  // Where this step matches (folds.cpp); undefined for kinds without
+  // matches. `x` is the observation cast by asState().
+  at::Tensor matches(const std::vector<at::Tensor>& inputs, const at::Tensor& x)
+      const;
+  // The kind's fold and interpolation (folds.cpp), called with the lock held.
+  // fold() gets arity() raw inputs (checked for device and shape; criteria
+  // see their dtype) and the previous state (nullopt at the first step);
+  // steps_ already counts this step. interpolate() gives the state
+  // `sampleAt` after `prev` (0 < sampleAt < stepTime), `next` being stepTime
+  // after it.
+  at::Tensor fold(
       const std::vector<at::Tensor>& inputs,
-      const std::optional<at::Tensor>& state) = 0;
-  // The state `sampleAt` after `prev` (0 < sampleAt < stepTime), `next`
-  // being the state stepTime after `prev`.
-  virtual at::Tensor interpolate(
+      const std::optional<at::Tensor>& state) const;
+  at::Tensor traceFold(
+      const at::Tensor& x,
+      const at::Tensor& mask,
+      const std::optional<at::Tensor>& state) const;
+  at::Tensor interpolate(
       const at::Tensor& prev,
       const at::Tensor& next,
       const at::Tensor& sampleAt,
-      double stepTime) const = 0;
-  // Called after the step time changed (decay factors depend on it).
-  virtual void onStepTimeChanged() {}
-  // Whether fold() reads the previous state; false spares making a view of
-  // the newest row at every step (PassthroughReducer).
-  virtual bool foldReadsState() const noexcept {
-    return true;
-  }
-  // params(), setParam(), criterion() and setCriterion() of a subclass,
-  // called with the lock held.
-  virtual std::map<std::string, double> paramsLocked() const {
-    return {};
-  }
-  virtual void setParamLocked(const std::string& name, double value);
-  virtual const Criterion* criterionLocked() const noexcept {
-    return nullptr;
-  }
-  virtual void setCriterionLocked(Criterion criterion);
-
-  // The reducer's lock (recursive). Subclasses' own public methods hold it
-  // while they read or write their parameters:
-  // `detail::BlockingLock guard(mutex());`. fold(), interpolate() and the
-  // *Locked() hooks are called with it held.
-  detail::ForkSafeMutex& mutex() const noexcept {
-    return mutex_;
-  }
-  // `x` cast to the history's dtype.
-  at::Tensor asState(const at::Tensor& x) const;
-  // For setParamLocked() of subclasses: the ValueError for an unknown name.
-  [[noreturn]] void unknownParam(const std::string& name) const;
-
- private:
-  void checkInputs(const std::vector<at::Tensor>& inputs) const;
+      double stepTime) const;
+  void checkCriterion(const Criterion& criterion) const;
   void resizeHistory();
   std::optional<at::Tensor> viewTensor(
       const at::Tensor& time,
       double tolerance) const;
 
   mutable detail::ForkSafeMutex mutex_;
+  const ReducerKind& kind_; // an entry of reducerKindTable()
+  std::map<std::string, double> params_;
+  Criterion criterion_;
   double stepTime_;
   double duration_;
   bool inclusive_;

@@ -1,12 +1,10 @@
 #pragma once
 
 // Every reducer: the Reducer interface, the FoldReducer machinery (History,
-// Criterion) and the ten inferno reducers, plus makeReducer().
+// Criterion), the table of the ten inferno reducer kinds, and makeReducer().
 #include <torch_monitor/reducers/criterion.h>
 #include <torch_monitor/reducers/factory.h>
 #include <torch_monitor/reducers/fold_reducer.h>
-#include <torch_monitor/reducers/general.h>
 #include <torch_monitor/reducers/history.h>
+#include <torch_monitor/reducers/kinds.h>
 #include <torch_monitor/reducers/reducer.h>
-#include <torch_monitor/reducers/stats.h>
-#include <torch_monitor/reducers/trace.h>
