@@ -39,16 +39,6 @@ __all__ = [
     "ConditionalCumulativeTraceReducer",
 ]
 
-_COMPARISONS = {
-    "eq": torch.eq,
-    "ne": torch.ne,
-    "gt": torch.gt,
-    "ge": torch.ge,
-    "lt": torch.lt,
-    "le": torch.le,
-}
-
-
 class Criterion:
     """A built-in criterion: ``x <name> threshold`` element-wise.
 
@@ -59,7 +49,7 @@ class Criterion:
     callables, ``Criterion("gt", 0.5)(x)``.
     """
 
-    NAMES = tuple(_COMPARISONS) + ("nonzero",)
+    NAMES = tuple(_C._criterion_names())  # the C++ criterion's, as its evaluation
 
     def __init__(self, name: str, threshold: float = 0.0):
         if name not in self.NAMES:
@@ -71,9 +61,7 @@ class Criterion:
         self.threshold = 0.0 if name == "nonzero" else float(threshold)
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.name == "nonzero":
-            return x if x.dtype == torch.bool else x != 0
-        return _COMPARISONS[self.name](x, self.threshold)
+        return _C._apply_criterion(self.name, self.threshold, x)
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -204,15 +192,20 @@ class FoldReducer(nn.Module):
         """Folds one step's observation (and condition, for the conditional
         traces) into a new state and records it."""
         if torch.jit.is_scripting():
-            if cond is None:
-                self.script_reducer.forward([obs])
-            else:
-                self.script_reducer.forward([obs, cond])
+            self._script_forward(obs, cond)
+        elif torch.compiler.is_compiling():
+            # torch.compile / torch.export: a call_torchbind in the graph
+            self._script_forward(obs, cond)
+        elif cond is None:
+            self._handle.forward(obs)
         else:
-            if cond is None:
-                self._handle.forward(obs)
-            else:
-                self._handle.forward(obs, cond)
+            self._handle.forward(obs, cond)
+
+    def _script_forward(self, obs: Tensor, cond: Optional[Tensor]) -> None:
+        if cond is None:
+            self.script_reducer.forward([obs])
+        else:
+            self.script_reducer.forward([obs, cond])
 
     @torch.jit.export
     def peek(self) -> Optional[Tensor]:

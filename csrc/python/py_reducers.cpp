@@ -11,6 +11,7 @@
 #include <torch/csrc/jit/api/object.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <torch_monitor/reducers/criterion.h>
 #include <torch_monitor/reducers/fold_reducer.h>
 #include <torch_monitor/reducers/kinds.h>
 #include <torch_monitor/script/script_reducer.h>
@@ -171,6 +172,21 @@ void initReducers(py::module_& m) {
       "_reducer_kinds",
       &reducerKindsAsData,
       "the C++ table of reducer kinds (kinds.h) as plain data");
+  // torch_monitor.Criterion is the Python name of the C++ built-in
+  // criterion: its names and its evaluation come from here.
+  m.def(
+      "_criterion_names",
+      [] { return Criterion::builtinNames(); },
+      "the names of the built-in criteria");
+  m.def(
+      "_apply_criterion",
+      [](const std::string& name, double threshold, const at::Tensor& x) {
+        return Criterion::builtin(name, threshold)(x);
+      },
+      py::arg("name"),
+      py::arg("threshold"),
+      py::arg("x"),
+      "the built-in criterion `name` applied to x element-wise");
   auto handle = py::class_<ReducerHandle>(
       m,
       "_ReducerHandle",

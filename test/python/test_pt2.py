@@ -306,3 +306,29 @@ def test_every_op_passes_opcheck():
     finally:
         tm.unregister_event_handler(handle)
     assert seen and all(e.name == "pt2.opcheck" and e.data == {"a": 1.5} for e in seen)
+
+
+@pytest.mark.parametrize("kind", ["compile", "export", "strict"])
+def test_a_forward_calling_a_reducer_traces_and_records(kind):
+    class Calls(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.reducer = tm.EMAReducer(0.5, 1.0, 10.0)
+
+        def forward(self, x):
+            self.reducer(x)
+            return x + 1
+
+    module, twin = Calls(), Calls()
+    if kind == "compile":
+        explanation = torch._dynamo.explain(module)(torch.ones(3))
+        assert explanation.graph_break_count == 0, explanation.break_reasons
+        module.reducer.clear()
+        runnable = torch.compile(module, fullgraph=True, backend="eager")
+    else:
+        runnable = torch.export.export(module, (torch.ones(3),), strict=kind == "strict").module()
+        assert module.reducer.peek() is None  # tracing recorded nothing
+    for x in inputs(4, features=3):
+        runnable(x[0])
+        twin(x[0])
+    torch.testing.assert_close(module.reducer.dump(), twin.reducer.dump())
