@@ -87,7 +87,7 @@ def _make_fake_class(class_name: str, schemas) -> type:
     return type(f"Fake{class_name}", (FakeObject,), methods)
 
 
-_SCHEMAS = _internals.custom_class_schemas("torch_monitor")
+_SCHEMAS = _internals.custom_class_schemas("torch_monitor") or {}  # None: see _internals
 
 #: {class name: fake class} for every torch.classes.torch_monitor class.
 FAKE_CLASSES = {name: _make_fake_class(name, schemas) for name, schemas in _SCHEMAS.items()}
@@ -121,7 +121,7 @@ def make_traceable(module) -> tuple:
         if isinstance(cls, type) and "_script_class" in vars(cls)
     )
     for face in faces:
-        for schema in _SCHEMAS[face._script_class]:
+        for schema in _SCHEMAS.get(face._script_class, ()):
             if schema.name != "__init__" and not hasattr(face, schema.name):
                 setattr(face, schema.name, _torchscript_method(schema.name))
     _internals.run_torchbind_methods_on(faces)
@@ -138,7 +138,7 @@ def _returns_nothing_fake(*args, **kwargs):
 # as an ordered side effect, so compiled and exported graphs keep it, in
 # order. Derived from the schemas like the classes' fakes; the C++
 # definition names this module (m.set_python_module).
-for _schema in _internals.library_op_schemas("torch_monitor"):
+for _schema in _internals.library_op_schemas("torch_monitor") or ():
     if [str(r.type) for r in _schema.returns]:
         raise AssertionError(f"{_schema}: an op that returns something needs a real fake")
     torch.library.register_fake(_schema.name)(_returns_nothing_fake)

@@ -9,16 +9,46 @@ counterpart is ``csrc/python/pybind_internals.h``.)
 """
 
 import copy
+import functools
 import importlib.abc
 import importlib.util
 import linecache
 import sys
+import warnings
 import weakref
 from typing import Dict, List
 
 import torch
 
 
+def _pt2_support(function):
+    """Marks a step of the PyTorch 2 set-up done at import.
+
+    These steps rest on torch internals as they are in the torch the package
+    is tested with (2.13). On a torch whose internals differ, importing
+    torch_monitor must still work (eager Python, TorchScript and C++ do not
+    need any of this): a failing step becomes one RuntimeWarning naming it,
+    and returns None. The tests of this module fail loudly instead.
+    """
+
+    @functools.wraps(function)
+    def step(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except Exception as error:  # any torch-internal change
+            warnings.warn(
+                f"torch_monitor: {function.__name__} failed on torch "
+                f"{torch.__version__} ({error!r}); torch.compile and "
+                "torch.export of torch_monitor objects may not work",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+
+    return step
+
+
+@_pt2_support
 def custom_class_schemas(namespace: str) -> Dict[str, List["torch.FunctionSchema"]]:
     """{class name: [method schemas]} of the custom classes in ``namespace``.
 
@@ -34,6 +64,7 @@ def custom_class_schemas(namespace: str) -> Dict[str, List["torch.FunctionSchema
     return out
 
 
+@_pt2_support
 def library_op_schemas(namespace: str) -> List["torch.FunctionSchema"]:
     """The schemas of the ops registered in ``namespace`` (``ns::name``).
 
@@ -43,12 +74,14 @@ def library_op_schemas(namespace: str) -> List["torch.FunctionSchema"]:
     return [s for s in torch._C._jit_get_all_schemas() if s.name.startswith(prefix)]
 
 
+@_pt2_support
 def register_fake_class(qualname: str, fake_class: type) -> None:
     """``torch._library.register_fake_class`` (the documented way to make a
     custom class traceable, still under a private module)."""
     torch._library.register_fake_class(qualname, fake_class)
 
 
+@_pt2_support
 def mark_ordered_effect(qualname: str) -> None:
     """Marks an op that returns nothing as an ordered side effect, so that
     compiled and exported graphs keep it (and in order) rather than remove
@@ -59,6 +92,7 @@ def mark_ordered_effect(qualname: str) -> None:
     torch.library._register_effectful_op(qualname, EffectType.ORDERED)
 
 
+@_pt2_support
 def run_torchbind_methods_on(face_types: tuple) -> None:
     """Lets compiled and exported graphs call methods of our Python faces.
 
@@ -108,6 +142,7 @@ def run_torchbind_methods_on(face_types: tuple) -> None:
     FakeScriptMethod.__init__ = init
 
 
+@_pt2_support
 def keep_real_objects_in_strict_export(namespace: str) -> None:
     """Makes ``torch.export.export(..., strict=True)`` keep our real objects.
 
@@ -183,6 +218,7 @@ _CPP_WRAPPER = "torch._inductor.codegen.cpp_wrapper_cpu"
 _OUR_CLASSES = "__torch__.torch.classes.torch_monitor."
 
 
+@_pt2_support
 def pass_any_arguments_to_aoti_proxy_executor() -> None:
     """Makes AOTInductor pass tensors and ints given to our ``Any`` parameters.
 

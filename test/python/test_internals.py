@@ -83,3 +83,23 @@ def test_library_op_schemas_lists_the_ops():
         "_internals.library_op_schemas: torch._C._jit_get_all_schemas no longer "
         "lists torch_monitor's ops"
     )
+
+
+def test_a_failing_pt2_step_warns_instead_of_breaking_import():
+    def broken():
+        raise AttributeError("module 'torch' has no attribute '_gone'")
+
+    step = _internals._pt2_support(broken)
+    with pytest.warns(RuntimeWarning, match="broken failed on torch .* may not work"):
+        assert step() is None
+
+
+def test_importing_the_package_warns_nothing_on_this_torch():
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-P", "-W", "error::RuntimeWarning", "-c", "import torch_monitor"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
