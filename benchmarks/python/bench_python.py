@@ -241,6 +241,33 @@ def bench_stat_add(args, warnings):
     return rows
 
 
+def bench_tensor_add(args, warnings):
+    """stat.add(t) of a 0-d CPU tensor (a loss) against the float path a user
+    would otherwise take, stat.add(float(t)), in the same run."""
+    stats = {
+        "tensor": make_stats(ours, [ours.Aggregation.MEAN]),
+        "float": make_stats(ours, [ours.Aggregation.MEAN]),
+        REF: make_stats(reference, [reference.Aggregation.MEAN]),
+    }
+    stmts = {"tensor": "stat.add(t)", "float": "stat.add(float(t))", REF: "stat.add(float(t))"}
+    bench = Bench(
+        {k: timer(stmts[k], "t = _torch.tensor(1.5)", stat=s, _torch=torch) for k, s in stats.items()},
+        args.min_time,
+    )
+    avoid_window_close(args, len(stats), stats.values())
+    samples = bench.run(args.reps)
+    return [
+        Row(
+            "stat.add(t), t a 0-d CPU tensor / torch_monitor's stat.add(float(t))",
+            samples["tensor"],
+            samples["float"],
+            target=2.0,
+            note="here the reference column is torch_monitor's own float path",
+        ),
+        Row("stat.add(t) / torch.monitor's stat.add(float(t))", samples["tensor"], samples[REF]),
+    ]
+
+
 def _make_noop_handler():
     # A distinct function object each call, so each can be checked for release.
     def noop(event):
@@ -459,7 +486,7 @@ def main():
     warnings = []
     loop_ns = median(Bench({"pass": timer("pass")}, args.min_time).run(args.reps)["pass"])
     rows = []
-    for section in (bench_stat_add, bench_log_event, bench_event, bench_torchscript):
+    for section in (bench_stat_add, bench_tensor_add, bench_log_event, bench_event, bench_torchscript):
         rows += section(args, warnings)
 
     print("Medians in ns per call (± half the max-min spread over repetitions, as % of the median).")
