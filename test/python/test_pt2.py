@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 tm = pytest.importorskip("torch_monitor")
+from windows import closed_windows  # noqa: E402
 
 BACKENDS = ["eager", "aot_eager", "inductor"]
 
@@ -78,20 +79,7 @@ def monitored():
 
 def assert_same_windows(stat, reference):
     """Closes the open windows now and compares the two stats' aggregates."""
-    events = []
-    handle = tm.register_event_handler(events.append)
-    try:
-        tm._close_all_stats()
-    finally:
-        tm.unregister_event_handler(handle)
-
-    def window(name):
-        # a window's event: {"<name>.sum": ..., "<name>.count": ...}
-        mine = [e.data for e in events if any(k.startswith(name + ".") for k in e.data)]
-        assert len(mine) == 1, f"expected one window event of {name}, got {mine}"
-        return {k[len(name):]: v for k, v in mine[0].items()}
-
-    got, want = window(stat.name), window(reference.name)
+    got, want = closed_windows(stat, reference)
     assert got.keys() == want.keys()
     for key in want:
         assert got[key] == pytest.approx(want[key], rel=1e-6), key

@@ -8,31 +8,20 @@ import pytest
 import torch
 
 tm = pytest.importorskip("torch_monitor")
+from windows import closed_windows  # noqa: E402
 
 ALL = [tm.VALUE, tm.MEAN, tm.COUNT, tm.SUM, tm.MAX, tm.MIN]
 _names = iter(range(10**6))
 
 
 def windows(make, feed_tensor, feed_items):
-    """Closes one window of a stat fed with tensors and one of a stat fed with
-    the same elements as numbers; returns both aggregates without the name."""
+    """One closed window of a stat fed with tensors and one of a stat fed
+    with the same elements as numbers."""
     tensor_stat = make(f"tensor.samples.{next(_names)}")
     item_stat = make(f"item.samples.{next(_names)}")
     feed_tensor(tensor_stat)
     feed_items(item_stat)
-    events = []
-    handle = tm.register_event_handler(events.append)
-    try:
-        tm._close_all_stats()
-    finally:
-        tm.unregister_event_handler(handle)
-
-    def window(stat):
-        mine = [e.data for e in events if any(k.startswith(stat.name + ".") for k in e.data)]
-        assert len(mine) == 1
-        return {k[len(stat.name):]: v for k, v in mine[0].items()}
-
-    return window(tensor_stat), window(item_stat)
+    return closed_windows(tensor_stat, item_stat)
 
 
 def assert_same(got, want):
