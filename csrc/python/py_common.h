@@ -94,7 +94,8 @@ std::string textFromPython(py::handle obj, const std::string& what);
 // Marks `cls` (a torch::jit::Object subclass) as the Python face of the
 // custom class torch.classes.torch_monitor.<scriptClass>: torch_monitor._fake
 // then gives it every TorchScript method it does not define itself and makes
-// it traceable by torch.compile and torch.export.
+// it traceable by torch.compile and torch.export. Also gives the class ==, !=
+// and hash by the wrapped object.
 void markFace(py::handle cls, const char* scriptClass);
 
 void initAggregation(py::module_& m);

@@ -173,15 +173,6 @@ void logRawEvent(const py::bytes& name, const py::dict& data) {
   torch_monitor::detail::dispatchEvent(event);
 }
 
-// self == other: whether other is an object of a sink class holding the
-// same sink; NotImplemented for anything else.
-py::object sameSink(const PySink& self, py::handle other) {
-  if (!py::isinstance<torch::jit::Object>(other)) {
-    return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-  }
-  return py::bool_(nativeEventHandler(other) == self.sink);
-}
-
 } // namespace
 
 std::shared_ptr<EventHandler> nativeEventHandler(py::handle obj) {
@@ -247,28 +238,8 @@ void initSinks(py::module_& m) {
         return self.sink->description();
       })
       // torch.ScriptObject's __str__ would name the TorchScript class only.
-      .def(
-          "__str__",
-          [](const PySink& self) { return self.sink->description(); })
-      // torch.ScriptObject's __eq__ raises for a class without one, and
-      // strict torch.export compares the objects it lifts: two objects are
-      // equal when they hold the same sink.
-      .def(
-          "__eq__",
-          [](const PySink& self, py::handle other) {
-            return sameSink(self, other);
-          })
-      .def(
-          "__ne__",
-          [](const PySink& self, py::handle other) -> py::object {
-            py::object same = sameSink(self, other);
-            if (same.is(py::handle(Py_NotImplemented))) {
-              return same;
-            }
-            return py::bool_(!same.cast<bool>());
-          })
-      .def("__hash__", [](const PySink& self) {
-        return std::hash<const Sink*>{}(self.sink.get());
+      .def("__str__", [](const PySink& self) {
+        return self.sink->description();
       });
   shareCopies(sink);
 
