@@ -10,9 +10,11 @@ its attributes changed across ``forward()``. The work happens in C++:
   ``monitor.key``, so ``torch.jit.script`` carries it into the scripted module
   and ``torch.jit.save`` saves it with the model.
 * The hooks are small generated Python functions, typed after the module's
-  ``forward()``, which TorchScript compiles into a scripted module. In eager
-  mode they make a single call into C++, which reads ``module.training``,
-  resolves the attribute path and runs the monitor.
+  ``forward()``, which TorchScript compiles into a scripted module and which
+  torch.compile / torch.export trace (calls of the object's TorchScript
+  methods, recorded in the graph). In eager mode they make a single call into
+  C++, which reads ``module.training``, resolves the attribute path and runs
+  the monitor.
 """
 
 import copy
@@ -140,10 +142,11 @@ def _make_hooks(key: str, path: str, module: nn.Module):
     """The (pre, post) forward hooks of the monitor stored as ``module.<key>``.
 
     Plain Python functions with real source (registered in ``linecache``) so
-    that ``torch.jit.script`` compiles them with the module. Scripted, they
-    call the monitor object's TorchScript methods; in eager mode
-    ``torch.jit.is_scripting()`` is False and they call the C functions of the
-    binding instead. The post-hook returns its ``output``: TorchScript types a
+    that ``torch.jit.script`` compiles them with the module. Scripted, and
+    while torch.compile or torch.export traces them, they call the monitor
+    object's TorchScript methods (two branches with the same line: TorchScript
+    skips the eager branch only under a bare ``torch.jit.is_scripting()``); in
+    eager mode they call the C functions of the binding instead. The post-hook returns its ``output``: TorchScript types a
     hook's ``output`` as the previous hook's return type, so returning None
     would break the next post-hook on the module.
     """

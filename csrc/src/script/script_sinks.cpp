@@ -95,14 +95,14 @@ c10::Scalar scalarArgument(const c10::IValue& v, const char* what) {
   return v.toScalar();
 }
 
-// The configuration every buffered file sink shares (never its counters:
-// see defineFlatten).
+// A buffered file sink's configuration: its own entries, then those every
+// such sink shares (never its counters: see defineFlatten).
 template <typename Options>
-Config fileSinkConfig(const Options& o) {
-  return Config{
-      {"flush_interval", secondsOf(o.flushInterval)},
-      {"max_buffer_bytes", static_cast<int64_t>(o.maxBufferBytes)},
-      {"event_names", o.eventNames}};
+Config fileSinkConfig(Config own, const Options& o) {
+  own.emplace_back("flush_interval", secondsOf(o.flushInterval));
+  own.emplace_back("max_buffer_bytes", static_cast<int64_t>(o.maxBufferBytes));
+  own.emplace_back("event_names", o.eventNames);
+  return own;
 }
 
 // The methods every sink class has.
@@ -191,13 +191,10 @@ void registerTensorBoardWriter(torch::Library& m) {
   using S = TensorBoardWriter;
   auto cls = m.class_<ScriptSink<S>>("TensorBoardWriter");
   defineFlatten(cls, [](ScriptSink<S>& self) {
-    Config config{
-        {"log_dir", self.get().logdir()},
-        {"step_key", self.get().options().stepKey}};
-    for (auto& item : fileSinkConfig(self.get().options())) {
-      config.push_back(std::move(item));
-    }
-    return config;
+    return fileSinkConfig(
+        {{"log_dir", self.get().logdir()},
+         {"step_key", self.get().options().stepKey}},
+        self.get().options());
   });
   cls.def(
       torch::init(&makeTensorBoardWriter),
@@ -280,13 +277,9 @@ void registerJsonLinesWriter(torch::Library& m) {
   using S = JsonLinesWriter;
   auto cls = m.class_<ScriptSink<S>>("JsonLinesWriter");
   defineFlatten(cls, [](ScriptSink<S>& self) {
-    Config config{
-        {"path", self.get().path()},
-        {"append", self.get().options().append}};
-    for (auto& item : fileSinkConfig(self.get().options())) {
-      config.push_back(std::move(item));
-    }
-    return config;
+    return fileSinkConfig(
+        {{"path", self.get().path()}, {"append", self.get().options().append}},
+        self.get().options());
   });
   cls.def(
       torch::init(&makeJsonLinesWriter),
