@@ -117,20 +117,27 @@ def _forward_types(module: nn.Module):
     return (Tuple[tuple(types)] if types else Tuple[()]), output
 
 
+# What the hooks' branches test. Module globals as well as the hooks' own:
+# Dynamo's strict export resolves a hook's globals in this module. Bound once,
+# since the eager hooks call both at every forward (torch.compiler.is_compiling
+# through its attributes costs ~140 ns a call more).
+_is_scripting = torch.jit.is_scripting
+_is_compiling = torch.compiler.is_compiling
+
 _HOOK_SOURCE = '''\
 def {name}_before(self, input: _Input) -> None:
-    if torch.jit.is_scripting():
+    if _is_scripting():
         self.{key}.before({value}, self.training)
-    elif torch.compiler.is_compiling():
+    elif _is_compiling():
         self.{key}.before({value}, self.training)
     else:
         _before(self)
 
 
 def {name}_after(self, input: _Input, output: _Output) -> _Output:
-    if torch.jit.is_scripting():
+    if _is_scripting():
         self.{key}.after({value}, self.training)
-    elif torch.compiler.is_compiling():
+    elif _is_compiling():
         self.{key}.after({value}, self.training)
     else:
         _after(self, output)
@@ -145,7 +152,7 @@ def _make_hooks(key: str, path: str, module: nn.Module):
     that ``torch.jit.script`` compiles them with the module. Scripted, and
     while torch.compile or torch.export traces them, they call the monitor
     object's TorchScript methods (two branches with the same line: TorchScript
-    skips the eager branch only under a bare ``torch.jit.is_scripting()``); in
+    skips the eager branch only under a bare ``is_scripting()`` call); in
     eager mode they call the C functions of the binding instead. The post-hook returns its ``output``: TorchScript types a
     hook's ``output`` as the previous hook's return type, so returning None
     would break the next post-hook on the module.
@@ -156,9 +163,8 @@ def _make_hooks(key: str, path: str, module: nn.Module):
         "__name__": __name__,
         "_Input": input_type,
         "_Output": torch.Tensor if output_type is _UNKNOWN else output_type,
-        # Dynamo's strict export resolves the hooks' globals in this module,
-        # so they name only `torch` (and eager-only helpers) from here.
-        "torch": torch,
+        "_is_scripting": _is_scripting,
+        "_is_compiling": _is_compiling,
         "_before": before,
         "_after": after,
     }

@@ -21,25 +21,6 @@ namespace {
 
 using script::ScriptReducer;
 
-// Owns a Python callable inside C++ state (a criterion held by a reducer
-// that TorchScript code may drop on any thread): the reference is dropped
-// with the GIL held, or leaked once the interpreter is gone.
-struct PythonCallable {
-  explicit PythonCallable(py::object fn) : fn(std::move(fn)) {}
-  ~PythonCallable() {
-    if (Py_IsInitialized()) {
-      py::gil_scoped_acquire gil;
-      fn = py::object();
-    } else {
-      fn.release();
-    }
-  }
-  PythonCallable(const PythonCallable&) = delete;
-  PythonCallable& operator=(const PythonCallable&) = delete;
-
-  py::object fn;
-};
-
 at::Tensor tensorFrom(py::handle value, const char* what) {
   if (!THPVariable_Check(value.ptr())) {
     throw py::type_error(
@@ -104,7 +85,7 @@ class ReducerHandle {
           Py_TYPE(fn.ptr())->tp_name);
     }
     const std::string description = py::repr(fn).cast<std::string>();
-    auto callable = std::make_shared<PythonCallable>(std::move(fn));
+    auto callable = std::make_shared<PyRef>(std::move(fn));
     reducer_->setCriterion(Criterion::custom(
         [callable](const at::Tensor& x) -> at::Tensor {
           py::gil_scoped_acquire gil;
@@ -113,7 +94,7 @@ class ReducerHandle {
           if (!arg) {
             throw py::error_already_set();
           }
-          py::object out = callable->fn(arg);
+          py::object out = callable->get()(arg);
           if (!THPVariable_Check(out.ptr())) {
             throw py::type_error(
                 "a criterion must return a bool torch.Tensor, got " +
