@@ -405,3 +405,17 @@ def test_internals_mark_ordered_effect_orders_log_event_values(tm):
         "torch_monitor._internals.mark_ordered_effect no longer marks "
         "log_event_values as an ordered effect on this torch"
     )
+
+
+def test_scripted_code_logs_values_through_the_op(tm):
+    class Logs(torch.nn.Module):
+        def forward(self, loss: torch.Tensor) -> None:
+            torch.ops.torch_monitor.log_event_values(
+                "scripted.values", ["loss", "step"], [loss, torch.tensor(3)], ["phase"], ["train"]
+            )
+
+    with tm.MemoryHandler() as memory:
+        torch.jit.script(Logs())(torch.tensor(0.25))
+    (event,) = memory.events()
+    assert event.name == "scripted.values"
+    assert event.data == {"loss": 0.25, "step": 3, "phase": "train"}

@@ -124,3 +124,25 @@ def test_intstat_refuses_floating_tensors_and_complex_is_refused():
         tm.IntStat("refuse.float", [tm.SUM], timedelta(hours=1)).add(torch.ones(2))
     with pytest.raises(TypeError, match="real tensors"):
         tm.Stat("refuse.complex", [tm.SUM], timedelta(hours=1)).add(torch.ones(2, dtype=torch.cfloat))
+
+
+def test_scripted_code_adds_tensors_like_numbers():
+    class Adds(torch.nn.Module):
+        def __init__(self, stat):
+            super().__init__()
+            self.stat = stat
+
+        def forward(self, x: torch.Tensor) -> None:
+            self.stat.add(x)  # the TorchScript add takes numbers and tensors
+            self.stat.add(2.5)
+
+    values = torch.tensor([[1.0, -3.0], [float("nan"), 8.0]])
+
+    def tensors(s):
+        torch.jit.script(Adds(s))(values)
+
+    def items(s):
+        for x in values.reshape(-1).tolist() + [2.5]:
+            s.add(x)
+
+    assert_same(*windows(stat, tensors, items))
