@@ -56,6 +56,12 @@ SlotTable& slotTable() {
   return *table;
 }
 
+// Built when the library loads, not by the first thread that adds: a fork
+// while another thread was still inside the lazy initialisation above left
+// the child waiting forever on the initialisation guard (seen as a hung
+// child in StatFork.ChildCanUseEveryStatWhileOtherThreadsAddAndLog).
+const bool kSlotTableBuiltAtLoad = (slotTable(), true);
+
 long membarrier(int cmd) {
   return syscall(__NR_membarrier, cmd, 0, 0);
 }
