@@ -217,10 +217,19 @@ def test_fork_while_threads_run_monitored_forwards():
     # monitored model even when another thread held the monitor's or the
     # reducer's lock at the moment of the fork. The parent's threads run the
     # scripted model (our locks taken without the GIL); the children run the
-    # eager module, whose hooks feed the same monitor and reducer. (Not the
-    # scripted one: TorchScript's own executor lock is not fork-safe.)
+    # eager module, whose hooks feed the same monitor and reducer. Two locks
+    # of torch itself are not fork-safe, so the test keeps away from them:
+    # TorchScript's executor lock (the children run the eager module, not the
+    # scripted one) and the per-tensor autograd lock that every autograd
+    # kernel takes on the weight (the parent's threads run in inference mode,
+    # which skips autograd; a child forked while a thread held that lock
+    # would hang in nn.Linear itself, monitored or not). Both paths run a few
+    # times before the threads start, because torch initialises some statics
+    # on first use and glibc's atexit lock, held by a thread initialising one
+    # at the fork, would stop the child at its own first use.
     out = run_isolated(
         """
+        import faulthandler
         import os
         import threading
         import torch
@@ -235,9 +244,14 @@ def test_fork_while_threads_run_monitored_forwards():
 
         def serve():
             x = torch.randn(1, 8)
-            while not stop.is_set():
-                scripted(x)
+            with torch.inference_mode():
+                while not stop.is_set():
+                    scripted(x)
 
+        for _ in range(3):
+            net(torch.randn(1, 8))
+            with torch.inference_mode():
+                scripted(torch.randn(1, 8))
         pool = [threading.Thread(target=serve) for _ in range(2)]
         for t in pool:
             t.start()
@@ -245,6 +259,9 @@ def test_fork_while_threads_run_monitored_forwards():
         for _ in range(40):
             pid = os.fork()
             if pid == 0:
+                # A stuck child prints its stack and exits 1 (failing the
+                # test with the reason) instead of outliving it.
+                faulthandler.dump_traceback_later(30, exit=True)
                 net(torch.randn(1, 8))
                 net(torch.randn(1, 8))
                 mon.peek()
