@@ -517,6 +517,26 @@ def test_history_is_detached_by_default():
         tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "p", m, keep_graph="no")
 
 
+def test_forwards_in_inference_mode_then_training_keep_recording():
+    # Buffers made under torch.inference_mode() are inference tensors, which
+    # torch refuses to update in place outside it: the monitor's reused
+    # capture and the reducer's history must then be replaced, not written.
+    m = InPlaceParam()
+    mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0, 3.0), "p", m)
+    scripted = torch.jit.script(m)
+    with torch.inference_mode():
+        m(torch.zeros(1))
+        scripted(torch.zeros(1))
+    m(torch.zeros(1))
+    scripted(torch.zeros(1))
+    with torch.inference_mode():
+        m(torch.zeros(1))
+    m(torch.zeros(1))
+    torch.testing.assert_close(mon.peek(), m.p.detach() * (2.0 / 3.0))
+    assert mon.peek()[0].item() == 2 * 3**5  # six forwards, all recorded
+    assert not mon.peek().is_inference()
+
+
 # ------------------------------------------------------------------ errors
 
 

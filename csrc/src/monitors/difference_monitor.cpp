@@ -8,6 +8,8 @@
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/in_place.h>
+
 namespace torch_monitor {
 namespace {
 
@@ -25,7 +27,8 @@ at::Tensor copyOf(const at::Tensor& t, bool keepGraph, at::Tensor spare) {
     return t.clone();
   }
   at::NoGradGuard noGrad;
-  if (spare.defined() && spare.use_count() == 1 &&
+  if (spare.defined() && detail::writableInPlace(spare) &&
+      spare.use_count() == 1 &&
       spare.storage().use_count() == 1 && spare.sizes() == t.sizes() &&
       spare.strides() == t.strides() && spare.dtype() == t.dtype() &&
       spare.device() == t.device()) {
@@ -122,7 +125,8 @@ at::Tensor differenceOf(
     return q.neg(); // 0 - pre
   }
   const at::Tensor& p = post.toTensor();
-  if (!graph && p.defined() && q.defined() && q.use_count() == 1 &&
+  if (!graph && p.defined() && q.defined() && detail::writableInPlace(q) &&
+      q.use_count() == 1 &&
       q.storage().use_count() == 1 && q.sizes() == p.sizes() &&
       q.scalar_type() == at::result_type(p, q) && q.device() == p.device()) {
     // pre is our own capture, held only by the caller's IValue: writing the

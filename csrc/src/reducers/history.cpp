@@ -5,7 +5,8 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#include <c10/core/InferenceMode.h>
+
+#include <torch_monitor/detail/in_place.h>
 
 namespace torch_monitor {
 namespace {
@@ -14,11 +15,6 @@ namespace {
 int64_t wrap(int64_t value, int64_t size) noexcept {
   const int64_t r = value % size;
   return r < 0 ? r + size : r;
-}
-
-// An inference tensor may be written in place only inside InferenceMode.
-bool writableInPlace(const at::Tensor& t) {
-  return !t.is_inference() || c10::InferenceMode::is_enabled();
 }
 
 std::vector<int64_t> withRows(int64_t rows, at::IntArrayRef stateShape) {
@@ -70,7 +66,7 @@ bool History::exclusivelyOwned(const at::Tensor& incoming) const {
   if (storage_.use_count() != 1 || storage_.storage().use_count() != 1) {
     return false;
   }
-  if (!writableInPlace(storage_) || storage_.requires_grad()) {
+  if (!detail::writableInPlace(storage_) || storage_.requires_grad()) {
     return false;
   }
   return !(c10::GradMode::is_enabled() && incoming.requires_grad());
@@ -86,7 +82,7 @@ void History::push(const at::Tensor& state, bool inplace) {
       state.sizes() == stateShape() &&
       state.scalar_type() == storage_.scalar_type() &&
       state.device() == storage_.device());
-  if ((inplace && writableInPlace(storage_)) || exclusivelyOwned(state)) {
+  if ((inplace && detail::writableInPlace(storage_)) || exclusivelyOwned(state)) {
     // inferno writes in place without autograd; when nobody can observe the
     // difference an out-of-place write would only cost a copy of all N rows.
     at::NoGradGuard noGrad;
@@ -139,7 +135,7 @@ void History::resize(int64_t size) {
 void History::refill() {
   if (allocated_) {
     if (storage_.use_count() == 1 && storage_.storage().use_count() == 1 &&
-        writableInPlace(storage_) && !storage_.requires_grad()) {
+        detail::writableInPlace(storage_) && !storage_.requires_grad()) {
       at::NoGradGuard noGrad;
       storage_.fill_(fill_);
     } else {
