@@ -1,0 +1,41 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+#include <torch_monitor/export.h>
+
+namespace torch_monitor {
+
+// The process-wide training step: what the training loop calls its
+// optimizer step. Stat events carry the step current when their window
+// closed, sinks write points at it, and Stats built with window steps close
+// their windows when it crosses a multiple of their length.
+// Thread safety: setStep and getStep may be called from any thread; a
+// reader sees some value that was set, never a torn one.
+
+namespace detail {
+inline constexpr int64_t kNoStep = std::numeric_limits<int64_t>::min();
+TORCH_MONITOR_API extern std::atomic<int64_t> trainingStep;
+} // namespace detail
+
+// Sets the step. Throws c10::ValueError for a negative step (TensorBoard's
+// step axis and step windows start at 0).
+TORCH_MONITOR_API void setStep(int64_t step);
+
+// Forgets the step: getStep() is empty again, as before the first
+// setStep().
+TORCH_MONITOR_API void clearStep() noexcept;
+
+// The step last set, or nothing before the first setStep().
+inline std::optional<int64_t> getStep() noexcept {
+  const int64_t step = detail::trainingStep.load(std::memory_order_relaxed);
+  if (step == detail::kNoStep) {
+    return std::nullopt;
+  }
+  return step;
+}
+
+} // namespace torch_monitor

@@ -1,0 +1,24 @@
+#include <torch_monitor/step.h>
+
+#include <c10/util/Exception.h>
+
+namespace torch_monitor {
+
+namespace detail {
+std::atomic<int64_t> trainingStep{kNoStep};
+} // namespace detail
+
+void setStep(int64_t step) {
+  TORCH_CHECK_VALUE(
+      step >= 0,
+      "the training step must be at least 0, got ",
+      step,
+      "; pass the optimizer step counter, which starts at 0");
+  detail::trainingStep.store(step, std::memory_order_relaxed);
+}
+
+void clearStep() noexcept {
+  detail::trainingStep.store(detail::kNoStep, std::memory_order_relaxed);
+}
+
+} // namespace torch_monitor
