@@ -42,3 +42,19 @@ def fake_clock(start_ms: int = 1_000_000) -> Iterator[FakeClock]:
         yield clock
     finally:
         _C._set_fake_monotonic_ms(None)
+
+
+@contextlib.contextmanager
+def cpu_tensors_take_device_path() -> Iterator[None]:
+    """Makes ``Stat.add`` treat CPU tensors as it treats CUDA ones.
+
+    A tensor on an accelerator is summarised on its device and read once per
+    window; a CPU tensor is normally read at once. Inside this context CPU
+    tensors take the accelerator path too, so tests on a machine without an
+    accelerator check its results. Process-wide.
+    """
+    _C._set_cpu_tensors_take_device_path(True)
+    try:
+        yield
+    finally:
+        _C._set_cpu_tensors_take_device_path(False)

@@ -13,6 +13,7 @@
 
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/clock.h>
+#include <torch_monitor/stat.h>
 
 namespace torch_monitor::python {
 namespace {
@@ -304,6 +305,11 @@ void initTesting(py::module_& m) {
       },
       py::arg("ms"),
       "Drive every Stat's monotonic clock by hand (None: real clock again)");
+  m.def(
+      "_set_cpu_tensors_take_device_path",
+      &testing::setCpuTensorsTakeDevicePath,
+      py::arg("on"),
+      "Route CPU tensors through the accelerator tensors' path (tests)");
 }
 
 } // namespace torch_monitor::python

@@ -174,7 +174,7 @@ PyObject* fastAdd(PyObject* self, PyObject* arg) {
   const bool exact = kFloat ? PyFloat_CheckExact(arg) : PyLong_CheckExact(arg);
   if (!exact && THPVariable_Check(arg)) { // every element is one sample
     return noneOrPythonError([&]() {
-      static_cast<PyStat<T>*>(value)->holder->addTensor(THPVariable_Unpack(arg));
+      static_cast<PyStat<T>*>(value)->stat->add(THPVariable_Unpack(arg));
     });
   }
   T v;

@@ -5,6 +5,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/tensor_window.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 
@@ -16,35 +17,71 @@ Stat<T>::Stat(
     std::vector<Aggregation> aggregations,
     std::chrono::milliseconds windowSize,
     int64_t maxSamples)
+    : Stat(
+          std::move(name),
+          std::move(aggregations),
+          coarseClockIsPreciseEnough(windowSize.count()) ? ClockSource::COARSE
+                                                          : ClockSource::PRECISE,
+          windowSize.count(),
+          maxSamples) {}
+
+template <typename T>
+Stat<T>::Stat(
+    std::string name,
+    std::vector<Aggregation> aggregations,
+    WindowSteps windowSteps,
+    int64_t maxSamples)
+    : Stat(
+          std::move(name),
+          std::move(aggregations),
+          ClockSource::STEP,
+          windowSteps.steps,
+          maxSamples) {}
+
+template <typename T>
+Stat<T>::Stat(
+    std::string name,
+    std::vector<Aggregation> aggregations,
+    ClockSource clock,
+    int64_t length,
+    int64_t maxSamples)
     : capped_(maxSamples != kUnlimitedSamples),
-      clock_(
-          coarseClockIsPreciseEnough(windowSize.count())
-              ? ClockSource::COARSE
-              : ClockSource::PRECISE),
+      clock_(clock),
       aggregations_(aggregations),
-      windowMs_(windowSize.count()),
+      windowMs_(length),
       name_(std::move(name)),
       aggregationList_(aggregations) {
   detail::checkText(name_, "Stat name");
-  // torch.monitor divides by the window (SIGFPE at the first add) when it is
-  // under 1 ms and silently treats maxSamples < 1 as 1.
-  TORCH_CHECK_VALUE(
-      windowMs_ >= 1,
-      "Stat '",
-      name_,
-      "': window_size must be at least 1 millisecond (it is kept with "
-      "millisecond precision), got ",
-      windowMs_,
-      " ms");
-  TORCH_CHECK_VALUE(
-      windowMs_ <= kMaxWindowMs,
-      "Stat '",
-      name_,
-      "': window_size must be at most ",
-      kMaxWindowMs,
-      " ms (datetime.timedelta.max, about 2.7 million years), got ",
-      windowMs_,
-      " ms");
+  if (clock_ == ClockSource::STEP) {
+    TORCH_CHECK_VALUE(
+        windowMs_ >= 1,
+        "Stat '",
+        name_,
+        "': window_steps must be at least 1 (a window of that many training "
+        "steps), got ",
+        windowMs_);
+  } else {
+    // torch.monitor divides by the window (SIGFPE at the first add) when it
+    // is under 1 ms.
+    TORCH_CHECK_VALUE(
+        windowMs_ >= 1,
+        "Stat '",
+        name_,
+        "': window_size must be at least 1 millisecond (it is kept with "
+        "millisecond precision), got ",
+        windowMs_,
+        " ms");
+    TORCH_CHECK_VALUE(
+        windowMs_ <= kMaxWindowMs,
+        "Stat '",
+        name_,
+        "': window_size must be at most ",
+        kMaxWindowMs,
+        " ms (datetime.timedelta.max, about 2.7 million years), got ",
+        windowMs_,
+        " ms");
+  }
+  // torch.monitor silently treats maxSamples < 1 as 1.
   TORCH_CHECK_VALUE(
       maxSamples >= 1,
       "Stat '",
@@ -83,6 +120,7 @@ Stat<T>::~Stat() {
     for (auto& shard : table->shards) {
       delete shard.load(std::memory_order_relaxed);
     }
+    delete table->tensors;
     delete table;
   }
 }
@@ -92,14 +130,21 @@ void Stat<T>::addAfterRollOver(T v, int64_t now) {
   ClosedWindow closed;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    // Another thread may have closed the window since we read the clock.
-    if (now >= windowEndMs_.load(std::memory_order_relaxed)) {
-      closed = closeLocked(harvest(/*reset=*/true));
-      windowEndMs_.store(windowIdAt(now) * windowMs_, std::memory_order_release);
-    }
+    closed = rollOverLocked(now);
   }
   addSharded(v, now);
   emit(closed);
+}
+
+template <typename T>
+typename Stat<T>::ClosedWindow Stat<T>::rollOverLocked(int64_t now) {
+  // Another thread may have closed the window since we read the clock.
+  if (now < windowEndMs_.load(std::memory_order_relaxed)) {
+    return ClosedWindow();
+  }
+  ClosedWindow closed = closeLocked(takeOpenWindowLocked());
+  windowEndMs_.store(windowIdAt(now) * windowMs_, std::memory_order_release);
+  return closed;
 }
 
 template <typename T>
@@ -127,21 +172,7 @@ void Stat<T>::addToNewOrSharedShard(int slot, T v, int64_t now) {
     shard->acc.add(v, now);
     return;
   }
-  int16_t unowned = kNoSlot;
-  detail::ThreadShard<T>* shard = &firstShard_;
-  if (!firstSlot_.compare_exchange_strong(
-          unowned, int16_t(slot), std::memory_order_acq_rel)) {
-    // A later thread: a shard of its own in the table. Only the thread
-    // owning `slot` ever creates that shard.
-    ShardTable* table = state_.table.load(std::memory_order_acquire);
-    if (table == nullptr) {
-      std::lock_guard<std::mutex> guard(mutex_);
-      table = &tableLocked();
-    }
-    auto* own = new detail::CacheLineShard<T>();
-    table->shards[slot].store(own, std::memory_order_release);
-    shard = own;
-  }
+  detail::ThreadShard<T>* shard = claimShard(slot, /*locked=*/false);
   shard->enter();
   shard->acc.add(v, now);
   shard->leave();
@@ -156,7 +187,7 @@ void Stat<T>::addCapped(T v) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     CappedWindow& w = *state_.capped;
-    const int64_t now = monotonicMs(clock_);
+    const int64_t now = readClock(clock_);
     const int64_t windowId = windowIdAt(now);
     const auto closeCurrent = [&](ClosedWindow& out) {
       out = closeLocked(w.current);
@@ -192,7 +223,10 @@ void Stat<T>::addCapped(T v) {
 }
 
 template <typename T>
-detail::Accumulator<T> Stat<T>::harvest(bool reset) const {
+detail::Accumulator<T> Stat<T>::harvest(
+    bool reset,
+    const void* probe,
+    int64_t* probeCount) const {
   // At most the first shard and one per slot (the overflow one included).
   detail::ThreadShard<T>* live[detail::kMaxThreadSlots + 2];
   int n = 0;
@@ -217,9 +251,64 @@ detail::Accumulator<T> Stat<T>::harvest(bool reset) const {
   }
   detail::heavyBarrier();
   for (int i = 0; i < n; ++i) {
-    total.merge(live[i]->drain(reset));
+    const detail::Accumulator<T> share = live[i]->drain(reset);
+    if (live[i] == probe) {
+      *probeCount = share.count;
+    }
+    total.merge(share);
   }
   return total;
+}
+
+template <typename T>
+detail::Accumulator<T> Stat<T>::takeOpenWindowLocked() {
+  const ShardTable* table = state_.table.load(std::memory_order_relaxed);
+  detail::TensorWindow<T>* tensors =
+      table == nullptr ? nullptr : table->tensors;
+  if (tensors == nullptr || tensors->count() == 0) {
+    return harvest(/*reset=*/true);
+  }
+  int64_t lastShardCount = 0;
+  const detail::Accumulator<T> numbers =
+      harvest(/*reset=*/true, tensors->lastShard(), &lastShardCount);
+  return tensors->take(numbers, lastShardCount);
+}
+
+template <typename T>
+detail::ThreadShard<T>* Stat<T>::claimShard(int slot, bool locked) {
+  int16_t unowned = kNoSlot;
+  if (slot == firstSlot_.load(std::memory_order_relaxed) ||
+      firstSlot_.compare_exchange_strong(
+          unowned, int16_t(slot), std::memory_order_acq_rel)) {
+    return &firstShard_;
+  }
+  // A later thread: a shard of its own in the table. Only the thread owning
+  // `slot` ever creates that shard.
+  ShardTable* table = state_.table.load(std::memory_order_acquire);
+  if (table == nullptr) {
+    std::unique_lock<std::mutex> guard(mutex_, std::defer_lock);
+    if (!locked) {
+      guard.lock();
+    }
+    table = &tableLocked();
+  }
+  if (auto* own = table->shards[slot].load(std::memory_order_relaxed)) {
+    return own;
+  }
+  auto* own = new detail::CacheLineShard<T>();
+  table->shards[slot].store(own, std::memory_order_release);
+  return own;
+}
+
+template <typename T>
+std::pair<const void*, int64_t> Stat<T>::ownShardLocked() {
+  const int slot = detail::threadSlot();
+  const detail::ThreadShard<T>* shard = slot == detail::kOverflowSlot
+      ? tableLocked().shards[slot].load(std::memory_order_relaxed)
+      : claimShard(slot, /*locked=*/true);
+  // Only this thread writes its shard outside mutex_, so reading it here
+  // races with nothing (the overflow shard is written under mutex_ only).
+  return {shard, shard == nullptr ? 0 : shard->acc.count};
 }
 
 template <typename T>
@@ -298,7 +387,7 @@ std::optional<Event> Stat<T>::closeOpenWindow() {
       closed = closeLocked(state_.capped->current);
       state_.capped->current = detail::Accumulator<T>();
     } else {
-      closed = closeLocked(harvest(/*reset=*/true));
+      closed = closeLocked(takeOpenWindowLocked());
     }
   }
   return eventOf(closed);
@@ -326,6 +415,10 @@ void Stat<T>::resetAfterForkInChild() {
           reset(*shard);
         }
       }
+      // The device samples are the parent's too, and a forked child cannot
+      // use (or free) the parent's device memory: the window is dropped
+      // unfreed.
+      table->tensors = nullptr;
     }
   }
   mutex_.unlock();
@@ -334,8 +427,14 @@ void Stat<T>::resetAfterForkInChild() {
 template <typename T>
 int64_t Stat<T>::count() const {
   std::lock_guard<std::mutex> guard(mutex_);
-  return capped_ ? state_.capped->current.count
-                 : harvest(/*reset=*/false).count;
+  if (capped_) {
+    return state_.capped->current.count;
+  }
+  const ShardTable* table = state_.table.load(std::memory_order_relaxed);
+  const int64_t onDevices =
+      table != nullptr && table->tensors != nullptr ? table->tensors->count()
+                                                    : 0;
+  return harvest(/*reset=*/false).count + onDevices;
 }
 
 template <typename T>

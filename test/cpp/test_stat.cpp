@@ -906,7 +906,7 @@ class TorchFakeClockStat : public torch::monitor::Stat<T> {
 
  protected:
   uint64_t currentWindowId() const override {
-    return uint64_t(monotonicMs(ClockSource::PRECISE) / windowMs_ + 1);
+    return uint64_t(readClock(ClockSource::PRECISE) / windowMs_ + 1);
   }
 
  private:

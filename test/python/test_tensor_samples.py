@@ -1,6 +1,12 @@
 """stat.add(tensor): every element is one sample, exactly as adding the
 elements one by one as Python numbers (the oracle), for every aggregation,
-dtype and layout; NaN and infinities follow the same rules as floats."""
+dtype and layout; NaN and infinities follow the same rules as floats.
+
+Every test runs twice: with CPU tensors read at once (their own path) and
+with CPU tensors taking the path of accelerator tensors (summaries kept as
+tensors, read when the window closes), which the CUDA tests at the end check
+on a real device. That path sums on the device, so its SUM and MEAN may
+differ from the one-by-one sum in the last bits."""
 
 from datetime import timedelta
 
@@ -8,10 +14,23 @@ import pytest
 import torch
 
 tm = pytest.importorskip("torch_monitor")
+import torch_monitor.testing  # noqa: E402,F401  (tm.testing)
 from windows import closed_windows  # noqa: E402
 
 ALL = [tm.VALUE, tm.MEAN, tm.COUNT, tm.SUM, tm.MAX, tm.MIN]
 _names = iter(range(10**6))
+_summed_on_device = False
+
+
+@pytest.fixture(autouse=True, params=["host", "device"])
+def tensor_path(request):
+    global _summed_on_device
+    _summed_on_device = request.param == "device"
+    if _summed_on_device:
+        with tm.testing.cpu_tensors_take_device_path():
+            yield request.param
+    else:
+        yield request.param
 
 
 def windows(make, feed_tensor, feed_items):
@@ -29,6 +48,8 @@ def assert_same(got, want):
     for key in want:
         if want[key] != want[key]:  # NaN
             assert got[key] != got[key], key
+        elif _summed_on_device and key in (".sum", ".mean"):
+            assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-12), key
         else:
             assert got[key] == want[key], key
 
@@ -120,7 +141,7 @@ def test_intstat_takes_integer_tensors(dtype):
 
 
 def test_intstat_refuses_floating_tensors_and_complex_is_refused():
-    with pytest.raises(TypeError, match="IntStat.add takes integer tensors"):
+    with pytest.raises(TypeError, match="takes integer tensors"):
         tm.IntStat("refuse.float", [tm.SUM], timedelta(hours=1)).add(torch.ones(2))
     with pytest.raises(TypeError, match="real tensors"):
         tm.Stat("refuse.complex", [tm.SUM], timedelta(hours=1)).add(torch.ones(2, dtype=torch.cfloat))
@@ -146,3 +167,134 @@ def test_scripted_code_adds_tensors_like_numbers():
             s.add(x)
 
     assert_same(*windows(stat, tensors, items))
+
+
+def test_order_of_numbers_and_tensors_decides_value_and_first_sample():
+    nan = float("nan")
+    cases = [
+        [torch.tensor([1.0, 2.0]), 5.0],  # a number last: VALUE is it
+        [5.0, torch.tensor([1.0, 2.0])],  # a tensor last: its last element
+        [torch.tensor([nan, 3.0]), 1.0, torch.tensor(9.0)],  # NaN first poisons
+        [1.0, torch.tensor([nan, 3.0]), -2.0],  # a later NaN is ignored
+        [torch.tensor(nan), torch.tensor([4.0, nan, -4.0])],
+        [torch.tensor([2.0, nan]), torch.tensor([nan, nan]), 0.5],
+    ]
+    for samples in cases:
+
+        def mixed(s, samples=samples):
+            for x in samples:
+                s.add(x)
+
+        def numbers(s, samples=samples):
+            for x in samples:
+                for v in (x.reshape(-1).tolist() if torch.is_tensor(x) else [x]):
+                    s.add(v)
+
+        assert_same(*windows(stat, mixed, numbers))
+
+
+def test_many_tensor_adds_in_one_window():
+    # More adds than the device path keeps as rows (it then folds them on
+    # the device), with NaN and infinities among them.
+    gen = torch.Generator().manual_seed(3)
+    values = [torch.randn(int(n), generator=gen) for n in torch.randint(1, 5, (2500,), generator=gen)]
+    values[0][0] = float("nan")  # poisons MAX and MIN for the whole window
+    values[700][0] = float("inf")
+    values.append(torch.tensor(-1.0))
+
+    def tensors(s):
+        for t in values:
+            s.add(t)
+
+    def items(s):
+        for t in values:
+            for x in t.reshape(-1).tolist():
+                s.add(x)
+
+    assert_same(*windows(stat, tensors, items))
+    values[0][0] = 0.0  # now the extremes are real numbers
+    assert_same(*windows(stat, tensors, items))
+
+
+def test_tensor_samples_count_and_close_with_their_window():
+    with tm.testing.fake_clock(0) as clock:
+        events = []
+        handle = tm.register_event_handler(events.append)
+        try:
+            s = tm.Stat("tensor.windows", [tm.SUM, tm.COUNT, tm.VALUE], timedelta(milliseconds=100))
+            s.add(torch.tensor([1.0, 2.0]))
+            s.add(3.0)
+            assert s.count == 3
+            clock.set_ms(150)
+            s.add(torch.tensor([10.0]))
+            assert s.get() == {tm.SUM: 6.0, tm.COUNT: 3.0, tm.VALUE: 3.0}
+            clock.set_ms(250)
+            s.add(torch.zeros(0))  # no samples: nothing happens
+            s.add(1.0)
+        finally:
+            tm.unregister_event_handler(handle)
+        mine = [e.data for e in events if "tensor.windows.sum" in e.data]
+        assert mine == [
+            {"tensor.windows.sum": 6.0, "tensor.windows.count": 3.0, "tensor.windows.value": 3.0},
+            {"tensor.windows.sum": 10.0, "tensor.windows.count": 1.0, "tensor.windows.value": 10.0},
+        ]
+
+
+def test_add_tensor_in_torchscript():
+    @torch.jit.script
+    def feed(s: torch.classes.torch_monitor.Stat, x: torch.Tensor):
+        s.add_tensor(x)
+
+    values = torch.tensor([4.0, -1.0, 2.5])
+
+    def tensors(s):
+        feed(s, values)
+
+    def items(s):
+        for x in values.tolist():
+            s.add(x)
+
+    assert_same(*windows(stat, tensors, items))
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@needs_cuda
+def test_cuda_tensors_never_synchronise_and_match_the_numbers():
+    gen = torch.Generator().manual_seed(5)
+    host = [torch.randn(int(n), generator=gen) for n in torch.randint(1, 6, (300,), generator=gen)]
+    host.append(torch.tensor(float("nan")))
+    host.append(torch.tensor(2.0))
+    device = [t.cuda() for t in host]
+    torch.cuda.synchronize()
+    tensor_stat = stat(f"cuda.samples.{next(_names)}")
+    item_stat = stat(f"cuda.items.{next(_names)}")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for t in device:
+            tensor_stat.add(t)
+            tensor_stat.add(t.half())
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for t in host:
+        for x in t.tolist() + t.half().tolist():
+            item_stat.add(x)
+    global _summed_on_device
+    _summed_on_device = True
+    assert_same(*closed_windows(tensor_stat, item_stat))
+
+
+@needs_cuda
+def test_cuda_int_tensors_in_an_intstat():
+    values = torch.tensor([[3, -1], [4, 1]], device="cuda")
+
+    def tensors(s):
+        s.add(values)
+        s.add(values.to(torch.uint8))
+
+    def items(s):
+        for x in values.reshape(-1).tolist() + values.to(torch.uint8).reshape(-1).tolist():
+            s.add(int(x))
+
+    assert_same(*windows(int_stat, tensors, items))

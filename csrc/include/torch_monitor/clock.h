@@ -6,13 +6,16 @@
 #include <limits>
 
 #include <torch_monitor/export.h>
+#include <torch_monitor/step.h>
 
 namespace torch_monitor {
 
-// Which monotonic clock a Stat reads. COARSE (CLOCK_MONOTONIC_COARSE, ~3 ns)
-// lags the precise clock (~25 ns) by at most one kernel tick, so it is used
-// only for windows much longer than a tick (see coarseClockIsPreciseEnough).
-enum class ClockSource : uint8_t { PRECISE, COARSE }; // one byte in a Stat
+// Which clock a Stat's windows follow. COARSE (CLOCK_MONOTONIC_COARSE,
+// ~3 ns) lags the precise clock (~25 ns) by at most one kernel tick, so it
+// is used only for windows much longer than a tick (see
+// coarseClockIsPreciseEnough). STEP is the training step (step.h): windows
+// measured in steps.
+enum class ClockSource : uint8_t { PRECISE, COARSE, STEP }; // one byte
 
 namespace detail {
 inline constexpr int64_t kNoFakeClock = std::numeric_limits<int64_t>::min();
@@ -20,9 +23,14 @@ inline constexpr int64_t kNoFakeClock = std::numeric_limits<int64_t>::min();
 TORCH_MONITOR_API extern std::atomic<int64_t> fakeMonotonicMs;
 } // namespace detail
 
-// Milliseconds on the monotonic clock (the clock std::chrono::steady_clock
-// reads on Linux), or the fake clock's value while one is set.
-inline int64_t monotonicMs(ClockSource source) noexcept {
+// The clock's reading: for STEP the training step (0 until one is set);
+// otherwise milliseconds on the monotonic clock (the clock
+// std::chrono::steady_clock reads on Linux), or the fake clock's value while
+// one is set.
+inline int64_t readClock(ClockSource source) noexcept {
+  if (source == ClockSource::STEP) {
+    return getStep().value_or(0);
+  }
   const int64_t fake = detail::fakeMonotonicMs.load(std::memory_order_relaxed);
   if (__builtin_expect(fake != detail::kNoFakeClock, 0)) {
     return fake;

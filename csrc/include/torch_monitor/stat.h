@@ -21,11 +21,28 @@
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
 
+namespace at {
+class Tensor;
+} // namespace at
+
 namespace torch_monitor {
+namespace detail {
+template <typename T>
+class TensorWindow;
+} // namespace detail
+
+// A window length in training steps (step.h), for the Stat constructor:
+// `Stat<double> loss("loss", {Aggregation::MEAN}, WindowSteps{100});`.
+struct WindowSteps {
+  int64_t steps;
+};
 
 // Windowed summary statistics of a stream of samples, with the semantics of
 // torch::monitor::Stat: windows are aligned to multiples of `windowSize` on
-// the monotonic clock; a finished window is closed by the next add() (or by
+// the monotonic clock (or, built with WindowSteps, to multiples of that
+// many training steps: the window [0, N) ends when setStep() reaches N, so
+// every rank that sets the same steps closes the same windows); a finished
+// window is closed by the next add() (or by
 // destruction), which logs one "torch.monitor.Stat" event carrying one
 // "<name>.<aggregation>" key per enabled aggregation.
 //
@@ -39,6 +56,10 @@ namespace torch_monitor {
 // closeAllStats() can log open windows at exit and fork() leaves every Stat
 // usable in the child. The child starts with an empty open window: the
 // samples it inherited belong to the parent's window, which the parent logs.
+//
+// Tensors are samples too (add(const at::Tensor&)): a CPU tensor is read in
+// place; a tensor on another device stays there (detail/tensor_window.h)
+// until its window closes, so adding it never waits for the device.
 //
 // Thread safety: no concurrent call to any API of this type causes a data
 // race, and no sample is lost or counted twice across a window close.
@@ -70,6 +91,23 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
       std::vector<Aggregation> aggregations,
       std::chrono::milliseconds windowSize,
       int64_t maxSamples = kUnlimitedSamples);
+  // Windows of `windowSteps.steps` training steps (at least 1, else
+  // c10::ValueError). Until setStep() is first called the step reads 0.
+  Stat(
+      std::string name,
+      std::initializer_list<Aggregation> aggregations,
+      WindowSteps windowSteps,
+      int64_t maxSamples = kUnlimitedSamples)
+      : Stat(
+            std::move(name),
+            std::vector<Aggregation>(aggregations),
+            windowSteps,
+            maxSamples) {}
+  Stat(
+      std::string name,
+      std::vector<Aggregation> aggregations,
+      WindowSteps windowSteps,
+      int64_t maxSamples = kUnlimitedSamples);
 
   Stat(const Stat&) = delete;
   Stat& operator=(const Stat&) = delete;
@@ -86,7 +124,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
       addCapped(v);
       return;
     }
-    const int64_t now = monotonicMs(clock_);
+    const int64_t now = readClock(clock_);
     if (__builtin_expect(
             now >= windowEndMs_.load(std::memory_order_acquire), 0)) {
       addAfterRollOver(v, now);
@@ -94,6 +132,16 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
       addSharded(v, now);
     }
   }
+
+  // Adds every element of `values` as one sample, in flattened order,
+  // detached from autograd. A CPU tensor is read in place. A tensor on
+  // another device is summarised there without waiting for it (a scalar
+  // costs one copy kernel, a larger tensor about seven small ones) and the
+  // host reads the window's summaries once, when the window closes; only
+  // with a finite maxSamples, whose cap counts single samples, is it copied
+  // to the host at once. Throws c10::TypeError for a complex tensor, and for
+  // a floating-point one in a Stat<int64_t>.
+  void add(const at::Tensor& values);
 
   const std::string& name() const noexcept {
     return name_;
@@ -104,8 +152,14 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // one entry per enabled aggregation.
   std::unordered_map<Aggregation, T> get() const;
 
+  // The window length: windowSize() for time windows (0 for step windows),
+  // windowSteps() for step windows (0 for time windows).
   std::chrono::milliseconds windowSize() const noexcept {
-    return std::chrono::milliseconds(windowMs_);
+    return std::chrono::milliseconds(
+        clock_ == ClockSource::STEP ? 0 : windowMs_);
+  }
+  int64_t windowSteps() const noexcept {
+    return clock_ == ClockSource::STEP ? windowMs_ : 0;
   }
   int64_t maxSamples() const noexcept {
     return capped_ ? state_.capped->maxSamples : kUnlimitedSamples;
@@ -122,9 +176,12 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   };
   // The shards of the threads after the first one to add (the overflow
   // shard last), created when a second thread adds.
+  // Also holds the samples added as device tensors, created by the first
+  // such add: stats that never get one pay nothing for them.
   struct ShardTable {
     std::atomic<detail::CacheLineShard<T>*>
         shards[detail::kMaxThreadSlots + 1] = {};
+    detail::TensorWindow<T>* tensors = nullptr; // guarded by mutex_
   };
   // Capped mode only: torch::monitor's window state machine.
   struct CappedWindow {
@@ -135,6 +192,14 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     int64_t lastClosedWindowId = 0;
   };
   static constexpr int16_t kNoSlot = -1;
+
+  // Both public constructors: a window of `length` units of `clock`.
+  Stat(
+      std::string name,
+      std::vector<Aggregation> aggregations,
+      ClockSource clock,
+      int64_t length,
+      int64_t maxSamples);
 
   void addSharded(T v, int64_t now) {
     const int slot = detail::threadSlot();
@@ -157,6 +222,10 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     shard->leave();
   }
   void addAfterRollOver(T v, int64_t now);
+  // Closes the open window if it ended before `now` and opens the one
+  // holding `now`; returns the closed window for emission outside the lock
+  // (callers hold mutex_).
+  ClosedWindow rollOverLocked(int64_t now);
   // The first add of a thread, or any add from the overflow slot.
   void addToNewOrSharedShard(int slot, T v, int64_t now);
   // The shard table, created on first use (callers hold mutex_).
@@ -165,7 +234,23 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // older than a window another thread has opened meanwhile.
   void addCapped(T v);
   // Collects every shard's share of the open window (callers hold mutex_).
-  detail::Accumulator<T> harvest(bool reset) const;
+  // When `probe` is one of the shards, *probeCount gets its sample count.
+  detail::Accumulator<T> harvest(
+      bool reset,
+      const void* probe = nullptr,
+      int64_t* probeCount = nullptr) const;
+  // Takes the whole open window, the device tensors' samples included
+  // (callers hold mutex_).
+  detail::Accumulator<T> takeOpenWindowLocked();
+  // Adds a tensor that is not on the CPU (see add(const at::Tensor&)).
+  void addOnDevice(const at::Tensor& values);
+  // The shard of the thread holding `slot` (not the overflow slot), claimed
+  // or created on its first use; `locked` when the caller holds mutex_.
+  detail::ThreadShard<T>* claimShard(int slot, bool locked);
+  // The calling thread's shard (claimed if need be) and its sample count;
+  // (nullptr, 0) for an overflow thread before any of them added a number
+  // (callers hold mutex_).
+  std::pair<const void*, int64_t> ownShardLocked();
   // Makes `closed` the previous window; returns it for emission outside the
   // lock (callers hold mutex_).
   ClosedWindow closeLocked(const detail::Accumulator<T>& closed);
@@ -196,7 +281,8 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // 56 bytes of rarely written fields on each side (heap blocks are 16-byte
   // aligned).
 
-  // End (exclusive, monotonic ms) of the open window; 0 before the first add.
+  // End (exclusive, in clock_'s units: monotonic ms or steps) of the open
+  // window; 0 before the first add.
   std::atomic<int64_t> windowEndMs_{0};
   // The slot of the thread that owns firstShard_, kNoSlot before the first
   // add. The overflow slot never owns it.
@@ -212,7 +298,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     CappedWindow* capped; // capped: owned, created by the constructor
   } state_;
 
-  const int64_t windowMs_;
+  const int64_t windowMs_; // the window length, in clock_'s units
   // Guards window closing, prev_, the shard table's creation, the overflow
   // shard and the capped state.
   mutable std::mutex mutex_;
@@ -236,6 +322,13 @@ TORCH_MONITOR_API std::chrono::milliseconds windowFromSeconds(double seconds);
 // Stat is never destroyed. A failing handler is reported as a warning.
 // Thread safety: callable from any thread, concurrently with every Stat API.
 TORCH_MONITOR_API void closeAllStats() noexcept;
+
+namespace testing {
+// Routes CPU tensors through the path other devices' tensors take (their
+// summaries kept as tensors until the window closes), so that tests on a
+// machine without an accelerator cover it. Process-wide.
+TORCH_MONITOR_API void setCpuTensorsTakeDevicePath(bool on) noexcept;
+} // namespace testing
 
 extern template class Stat<double>;
 extern template class Stat<int64_t>;

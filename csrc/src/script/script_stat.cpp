@@ -1,6 +1,5 @@
 #include <torch_monitor/script/script_stat.h>
 
-#include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 
 #include <torch_monitor/script/flatten.h>
@@ -78,6 +77,11 @@ void defineStatClass(torch::Library& m, const char* className) {
           "add",
           [](const c10::intrusive_ptr<Holder>& self, c10::IValue value) {
             self->addValue(value);
+          })
+      .def(
+          "add_tensor",
+          [](const c10::intrusive_ptr<Holder>& self, const at::Tensor& values) {
+            self->stat().add(values);
           })
       .def(
           "get",
@@ -162,37 +166,10 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(State state) {
 }
 
 template <typename T>
-void ScriptStat<T>::addTensor(const at::Tensor& tensor) {
-  constexpr bool kInt = std::is_same_v<T, int64_t>;
-  TORCH_CHECK_TYPE(
-      !kInt || !at::isFloatingType(tensor.scalar_type()),
-      "IntStat.add takes integer tensors, got a ",
-      tensor.scalar_type(),
-      " tensor; use a Stat for floating-point values");
-  TORCH_CHECK_TYPE(
-      !at::isComplexType(tensor.scalar_type()),
-      "Stat.add takes real tensors, got a ",
-      tensor.scalar_type(),
-      " tensor");
-  // Read in place, in the tensor's own dtype: a CPU loss costs a dtype switch
-  // and a load (~250 ns with a conversion to double, as float(t) costs).
-  // Only another device's tensor is copied to the host first.
-  const at::Tensor host =
-      (tensor.device().is_cpu() ? tensor : tensor.cpu()).contiguous();
-  AT_DISPATCH_ALL_TYPES_AND3(
-      at::kBool, at::kHalf, at::kBFloat16, host.scalar_type(), "Stat.add", [&] {
-        const scalar_t* values = host.const_data_ptr<scalar_t>();
-        for (int64_t i = 0, n = host.numel(); i < n; ++i) {
-          stat_.add(static_cast<T>(values[i]));
-        }
-      });
-}
-
-template <typename T>
 void ScriptStat<T>::addValue(const c10::IValue& value) {
   constexpr bool kFloat = std::is_same_v<T, double>;
   if (value.isTensor()) {
-    addTensor(value.toTensor());
+    stat_.add(value.toTensor());
   } else if (value.isInt()) {
     stat_.add(static_cast<T>(value.toInt()));
   } else {

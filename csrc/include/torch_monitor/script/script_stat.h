@@ -40,12 +40,9 @@ class ScriptStat : public torch::CustomClassHolder {
   }
 
   // add() of TorchScript and of traced PyTorch 2 code: a number, or a tensor
-  // whose every element is one sample (IntStat: integer tensors only).
-  // Throws c10::TypeError for anything else.
+  // whose every element is one sample (IntStat: integer tensors only; see
+  // Stat::add(const at::Tensor&)). Throws c10::TypeError for anything else.
   void addValue(const c10::IValue& value);
-  // Every element is one sample, read on the host (on CUDA this waits for
-  // the tensor).
-  void addTensor(const at::Tensor& tensor);
 
   State state() const;
   static c10::intrusive_ptr<ScriptStat> fromState(State state);
