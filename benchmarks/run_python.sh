@@ -2,7 +2,8 @@
 # Runs the Python benchmarks: torch_monitor against PyTorch's own
 # torch.monitor in one process, repetitions interleaved, and prints a table of
 # medians, ratios and the targets of the performance spec; then the memory per
-# live Stat (bench_memory.py, fresh child processes). Works from any cwd;
+# live Stat (bench_memory.py, fresh child processes); then a training step
+# with the loss added as a tensor or as .item() (bench_training_step.py). Works from any cwd;
 # uses the installed torch_monitor (pip install --no-build-isolation <repo>).
 #
 # Usage: benchmarks/run_python.sh [--reps N] [--min-time SECONDS]
@@ -18,3 +19,5 @@ cd /
 "$PYTHON" "$ROOT/benchmarks/python/bench_python.py" "$@"
 echo
 "$PYTHON" "$ROOT/benchmarks/python/bench_memory.py"
+echo
+"$PYTHON" "$ROOT/benchmarks/python/bench_training_step.py"
