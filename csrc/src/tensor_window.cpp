@@ -5,6 +5,8 @@
 #include <type_traits>
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 namespace torch_monitor::detail {
 namespace {
@@ -98,6 +100,8 @@ void TensorWindow<T>::add(
     row = rowOf<T>(flat, flat, flat, flat[n - 1], flat[0]);
   }
   rows_[used_].copy_(row, /*non_blocking=*/true);
+  stream_ = c10::impl::VirtualGuardImpl(rows_.device().type())
+                .getStream(rows_.device());
   if (count_ == 0) {
     hostFirst_ = shardCount > 0;
   }
@@ -110,7 +114,10 @@ void TensorWindow<T>::add(
 
 template <typename T>
 Accumulator<T> TensorWindow<T>::foldRows(bool startsWindow) const {
-  // The window's one synchronisation with the device.
+  // The window's one synchronisation with the device, on the stream that
+  // wrote the last row: another thread (the closer, the time-close thread)
+  // may be on another stream, which would not wait for that write.
+  const c10::StreamGuard onWritersStream(*stream_);
   const at::Tensor host = rows_.narrow(0, 0, used_).cpu();
   const T* rows = host.const_data_ptr<T>();
   Accumulator<T> out;

@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Stream.h>
 
 #include <torch_monitor/detail/accumulator.h>
 
@@ -28,6 +30,9 @@ namespace torch_monitor::detail {
 // Alongside the rows it keeps what the Stat needs to order these samples
 // against the ones its threads add as numbers: which thread's shard added
 // the last tensor, and how many samples that shard held at the time.
+//
+// The host reads the rows on the stream that wrote the last of them, so a
+// window closed by another thread still waits for that write.
 //
 // Thread safety: none of its own; its Stat calls it under the Stat's mutex.
 template <typename T>
@@ -69,6 +74,9 @@ class TensorWindow {
   Accumulator<T> foldRows(bool startsWindow) const;
 
   at::Tensor rows_; // [capacity, 5] on the rows' device, in T's dtype
+  // The stream the last row was written on (adds of one stat are expected
+  // to come from one stream, as a training loop's do).
+  std::optional<c10::Stream> stream_;
   int64_t used_ = 0; // rows written
   int64_t count_ = 0; // samples in them
   int64_t lastMs_ = 0;
