@@ -133,12 +133,29 @@ def _returns_nothing_fake(*args, **kwargs):
     return None
 
 
-# The ops (log_event(Event) and log_event_values, the op of log_event(name,
-# data); see _events) return nothing: their fakes do nothing, and each runs
-# as an ordered side effect, so compiled and exported graphs keep it, in
-# order. Derived from the schemas like the classes' fakes; the C++
-# definition names this module (m.set_python_module).
+def _get_step_fake(*args, **kwargs):
+    raise RuntimeError(
+        "torch.ops.torch_monitor.get_step() cannot be called inside code that "
+        "torch.compile or torch.export traces: the training step is known only "
+        "when the graph runs. Read it outside the compiled or exported function "
+        "(setting it, with set_step, is traceable)."
+    )
+
+
+#: Ops whose result PyTorch 2 cannot know while tracing: their fakes raise,
+#: naming the op, rather than fail somewhere inside the tracer.
+_UNTRACEABLE_OPS = {"torch_monitor::get_step": _get_step_fake}
+
+# The other ops (log_event(Event), log_event_values, the op of
+# log_event(name, data), see _events; set_step, see _steps) return nothing:
+# their fakes do nothing, and each runs as an ordered side effect, so
+# compiled and exported graphs keep it, in order. Derived from the schemas
+# like the classes' fakes; the C++ definition names this module
+# (m.set_python_module).
 for _schema in _internals.library_op_schemas("torch_monitor") or ():
+    if _schema.name in _UNTRACEABLE_OPS:
+        torch.library.register_fake(_schema.name)(_UNTRACEABLE_OPS[_schema.name])
+        continue
     if [str(r.type) for r in _schema.returns]:
         raise AssertionError(f"{_schema}: an op that returns something needs a real fake")
     torch.library.register_fake(_schema.name)(_returns_nothing_fake)

@@ -135,8 +135,13 @@ class TensorBoardWriter(_C._TensorBoardWriter):
         step_key: if set, an event's int value under this key is the step of
             all its other values (and is not written itself).
 
-    Also ``add_scalar(tag, scalar_value, global_step, walltime=None)`` like
-    ``SummaryWriter`` (``walltime`` None means now), and the read-only
+    Points land at the event's step (a Stat's event carries the training step
+    set with ``torch_monitor.set_step``), else at a per-tag counter 0, 1, 2.
+
+    Also ``add_scalar(tag, scalar_value, global_step=None, walltime=None)``
+    like ``SummaryWriter`` (``global_step`` None means the training step when
+    one is set, else the tag's next counter value; ``walltime`` None means
+    now), and the read-only
     ``log_dir``, ``file_path``, ``flush_interval``, ``event_names``.
     """
 

@@ -41,13 +41,17 @@ class TensorboardEventHandler:
     Steps (differs from ``torch.monitor``, which passes no step, so that every
     point of every curve lands on step 0):
 
-    * ``step=None`` (default): each tag has its own counter; the first point
-      written to a tag is step 0, the next step 1, and so on. A value that is
-      skipped (see below) does not consume a step.
+    * ``step=None`` (default): an event's own ``step`` when it has one (a
+      ``Stat``'s event carries the training step current when its window
+      closed, once the loop calls ``torch_monitor.set_step``); otherwise each
+      tag has its own counter: the first point written to a tag without a
+      step is step 0, the next step 1, and so on. A value that is skipped (see
+      below) does not consume a step.
     * ``step=callable``: a function taking no arguments and returning the step as
       an ``int`` (anything accepted by ``operator.index``, e.g. a NumPy integer),
       typically your training loop's global step: ``step=lambda: trainer.step``.
-      It is called once per event, and every point of that event gets this step.
+      It is called once per event, and every point of that event gets this step
+      (in place of the event's own step).
       If it raises or returns a non-integer, the exception propagates to whoever
       logged the event: a broken step source is a configuration error that should
       be seen at the first event, not hidden.
@@ -71,8 +75,8 @@ class TensorboardEventHandler:
     Args:
         writer: a ``torch.utils.tensorboard.SummaryWriter`` or any object with a
             compatible ``add_scalar(tag, value, global_step=, walltime=)``.
-        step: ``None`` for per-tag counters, or a zero-argument callable
-            returning the step (keyword-only).
+        step: ``None`` for the event's step, else per-tag counters; or a
+            zero-argument callable returning the step (keyword-only).
         event_names: names of the events to write (keyword-only); default only
             ``"torch.monitor.Stat"``. Data keys are used as tags unchanged for
             every accepted event, so events sharing a key share a curve.
@@ -122,6 +126,9 @@ class TensorboardEventHandler:
                     "TensorboardEventHandler: the step callable must return an int, "
                     f"got {type(raw).__name__}"
                 ) from None
+        else:
+            # torch.monitor's events have no step attribute.
+            explicit_step = getattr(event, "step", None)
 
         with self._lock:
             for tag, raw_value in data.items():

@@ -14,12 +14,14 @@
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/clock.h>
 #include <torch_monitor/stat.h>
+#include <torch_monitor/step.h>
 
 namespace torch_monitor::python {
 namespace {
 
-// Version of the pickled state of a Python Event.
-constexpr int64_t kEventStateVersion = 1;
+// Version of the pickled state of a Python Event. 1: (version, name,
+// timestamp µs, data); 2 appends the step (None or an int). Both are read.
+constexpr int64_t kEventStateVersion = 2;
 
 void ensureDateTimeApi() {
   if (PyDateTimeAPI == nullptr) {
@@ -86,6 +88,33 @@ std::string reprOf(const data_value_t& value) {
         }
       },
       value);
+}
+
+// An Event's step from Python: None, or an int of at least 0 (bool, a
+// subclass of int, is a mistake here, not a step).
+std::optional<int64_t> stepFromPython(py::handle step) {
+  if (step.is_none()) {
+    return std::nullopt;
+  }
+  if (!PyLong_Check(step.ptr()) || PyBool_Check(step.ptr())) {
+    throw py::type_error(
+        "Event step must be an int or None, got " +
+        std::string(Py_TYPE(step.ptr())->tp_name));
+  }
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(step.ptr(), &overflow);
+  if (overflow != 0) {
+    PyErr_SetString(
+        PyExc_OverflowError,
+        "Event step does not fit in a 64-bit signed integer");
+    throw py::error_already_set();
+  }
+  checkStep(value, "Event step");
+  return static_cast<int64_t>(value);
+}
+
+py::object stepToPython(const std::optional<int64_t>& step) {
+  return step ? py::object(py::int_(*step)) : py::object(py::none());
 }
 
 } // namespace
@@ -199,16 +228,21 @@ void initAggregation(py::module_& m) {
 void initEvent(py::module_& m) {
   py::class_<Event>(m, "Event", "A named, timestamped record of data")
       .def(
-          py::init([](py::handle name, py::handle timestamp, py::handle data) {
+          py::init([](py::handle name,
+                      py::handle timestamp,
+                      py::handle data,
+                      py::handle step) {
             Event event;
             event.name = textFromPython(name, "Event name");
             event.timestamp = fromEpochMicros(timestampFromPython(timestamp));
             event.data = dataFromPython(data);
+            event.step = stepFromPython(step);
             return event;
           }),
           py::arg("name"),
           py::arg("timestamp"),
-          py::arg("data"))
+          py::arg("data"),
+          py::arg("step") = py::none())
       .def_property(
           "name",
           [](const Event& e) { return e.name; },
@@ -228,6 +262,11 @@ void initEvent(py::module_& m) {
           [](const Event& e) { return dataToPython(e.data); },
           [](Event& e, py::handle d) { e.data = dataFromPython(d); },
           "A copy of the event's data; assign a dict to replace it")
+      .def_property(
+          "step",
+          [](const Event& e) { return stepToPython(e.step); },
+          [](Event& e, py::handle step) { e.step = stepFromPython(step); },
+          "The training step the event belongs to (an int), or None")
       .def(
           "__eq__",
           [](const Event& a, py::handle b) -> py::object {
@@ -247,7 +286,8 @@ void initEvent(py::module_& m) {
                     kEventStateVersion,
                     e.name,
                     toEpochMicros(e.timestamp),
-                    dataToPython(e.data))));
+                    dataToPython(e.data),
+                    stepToPython(e.step))));
           })
       .def("__repr__", [](const Event& e) {
         std::ostringstream out;
@@ -264,7 +304,11 @@ void initEvent(py::module_& m) {
               << reprOf(value);
           sep = ", ";
         }
-        out << "})";
+        out << "}";
+        if (e.step) {
+          out << ", step=" << *e.step;
+        }
+        out << ")";
         return out.str();
       });
   // __eq__ without __hash__: events are mutable, so unhashable (as dicts).
@@ -273,18 +317,26 @@ void initEvent(py::module_& m) {
       "_restore_event",
       [](py::tuple state) {
         TORCH_CHECK_VALUE(
-            state.size() == 4 && py::isinstance<py::int_>(state[0]),
+            state.size() >= 1 && py::isinstance<py::int_>(state[0]),
             "not a pickled torch_monitor Event");
+        const auto version = state[0].cast<int64_t>();
         TORCH_CHECK(
-            state[0].cast<int64_t>() == kEventStateVersion,
+            version >= 1 && version <= kEventStateVersion,
             "cannot load a torch_monitor Event pickled with state version ",
-            state[0].cast<int64_t>(),
-            "; this build reads version ",
+            version,
+            "; this build reads versions 1 to ",
             kEventStateVersion);
+        // Version 1 (pickled before events had a step) has no step.
+        TORCH_CHECK_VALUE(
+            state.size() == size_t(version == 1 ? 4 : 5),
+            "not a pickled torch_monitor Event");
         Event event;
         event.name = textFromPython(state[1], "Event name");
         event.timestamp = fromEpochMicros(state[2].cast<int64_t>());
         event.data = dataFromPython(state[3]);
+        if (version >= 2) {
+          event.step = stepFromPython(state[4]);
+        }
         return event;
       },
       py::arg("state"),

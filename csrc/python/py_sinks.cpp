@@ -270,7 +270,7 @@ void initSinks(py::module_& m) {
           [](TensorBoardFace& self,
              const std::string& tag,
              double value,
-             int64_t step,
+             std::optional<int64_t> step,
              std::optional<double> wallTime) {
             self.typed->addScalar(
                 tag,
@@ -280,8 +280,11 @@ void initSinks(py::module_& m) {
           },
           py::arg("tag"),
           py::arg("scalar_value"),
-          py::arg("global_step"),
-          py::arg("walltime") = py::none())
+          py::arg("global_step") = py::none(),
+          py::arg("walltime") = py::none(),
+          "Writes one point at global_step; None: at the training step "
+          "(torch_monitor.set_step) when one is set, else at the tag's next "
+          "counter value")
       .def_property_readonly(
           "log_dir",
           [](const TensorBoardFace& self) { return self.typed->logdir(); })

@@ -8,6 +8,7 @@
 #include <torch_monitor/detail/tensor_window.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
+#include <torch_monitor/step.h>
 
 namespace torch_monitor {
 
@@ -361,6 +362,7 @@ std::optional<Event> Stat<T>::eventOf(const ClosedWindow& closed) const {
   Event event;
   event.name = kStatEventName;
   event.timestamp = std::chrono::system_clock::now();
+  event.step = getStep();
   const auto aggregates = aggregatesOf(closed.values);
   event.data.reserve(aggregates.size());
   // The keys are built here, once per window, rather than kept in every

@@ -8,12 +8,17 @@ namespace detail {
 std::atomic<int64_t> trainingStep{kNoStep};
 } // namespace detail
 
-void setStep(int64_t step) {
+void checkStep(int64_t step, std::string_view what) {
   TORCH_CHECK_VALUE(
       step >= 0,
-      "the training step must be at least 0, got ",
+      what,
+      " must be at least 0, got ",
       step,
       "; pass the optimizer step counter, which starts at 0");
+}
+
+void setStep(int64_t step) {
+  checkStep(step, "the training step");
   detail::trainingStep.store(step, std::memory_order_relaxed);
 }
 

@@ -121,6 +121,54 @@ TEST(Event, EqualityComparesNameTimestampAndData) {
   EXPECT_NE(a, b);
 }
 
+TEST(Event, EqualityComparesTheStep) {
+  const Event a = makeEvent("e", 1);
+  EXPECT_FALSE(a.step.has_value());
+  Event b = a;
+  b.step = 3;
+  EXPECT_NE(a, b);
+  Event c = b;
+  EXPECT_EQ(b, c);
+  c.step = 4;
+  EXPECT_NE(b, c);
+}
+
+// The process-wide training step, and the step a Stat's event carries: the
+// one current when its window closed.
+TEST(Step, SetGetClearAndNegativeRejected) {
+  clearStep();
+  EXPECT_FALSE(getStep().has_value());
+  setStep(0);
+  EXPECT_EQ(getStep(), std::optional<int64_t>(0));
+  setStep(std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(getStep(), std::numeric_limits<int64_t>::max());
+  test::expectValueError([] { setStep(-1); }, {"at least 0", "-1"});
+  EXPECT_EQ(getStep(), std::numeric_limits<int64_t>::max()); // unchanged
+  setOrClearStep(std::nullopt);
+  EXPECT_FALSE(getStep().has_value());
+}
+
+TEST(Step, StatEventsCarryTheStepCurrentAtClose) {
+  ScopedRecorder recorder;
+  test::FakeClock clock(0);
+  clearStep();
+  Stat<double> stat("stepped", {SUM}, 1000ms);
+  stat.add(1.0);
+  clock.advance(1000);
+  stat.add(2.0); // closes window 0 with no step set
+  setStep(10);
+  stat.add(3.0);
+  setStep(19);
+  clock.advance(1000);
+  stat.add(4.0); // closes window 1 at step 19
+  clearStep();
+  const auto events = recorder->statEvents();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_FALSE(events[0].step.has_value());
+  EXPECT_EQ(events[1].step, std::optional<int64_t>(19));
+  EXPECT_EQ(valueOf<double>(events[1], "stepped.sum"), 5.0);
+}
+
 TEST(Event, EpochMicrosRoundTrip) {
   for (int64_t us : {int64_t(0), int64_t(1), int64_t(-1),
                      int64_t(1700000000123456), int64_t(-86400000000),

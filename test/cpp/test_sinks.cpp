@@ -40,6 +40,7 @@
 #include <torch_monitor/sinks/sinks.h>
 #include <torch_monitor/sinks/tensorboard_format.h>
 #include <torch_monitor/sinks/text_format.h>
+#include <torch_monitor/step.h>
 
 #include "test_support.h"
 
@@ -735,6 +736,49 @@ TEST(SinkTensorBoardWriter, StepKeyEventNamesAndAddScalar) {
   const double now =
       static_cast<double>(toEpochMicros(std::chrono::system_clock::now())) / 1e6;
   EXPECT_NEAR(scalars.at("now")[0].wallTime, now, 60.0);
+}
+
+// Points land on the event's step, else the per-tag counter; add_scalar
+// without a step takes the training step, else the counter.
+TEST(SinkTensorBoardWriter, EventStepsAndAddScalarWithoutAStep) {
+  TempDir dir;
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(dir / "tb", slowFlush());
+  Event stepped = statEvent({{"loss", 0.5}});
+  stepped.step = 1200;
+  tb->handle(stepped);
+  tb->handle(statEvent({{"loss", 0.25}})); // no step: the tag's counter, 0
+  clearStep();
+  tb->addScalar("direct", 1.0); // no training step: the counter, 0
+  tb->addScalar("direct", 2.0); // 1
+  setStep(300);
+  tb->addScalar("direct", 3.0); // the training step
+  tb->addScalar("direct", 4.0, 7); // explicit
+  clearStep();
+  tb->close();
+  const auto scalars = readScalars(dir / "tb");
+  const auto& loss = scalars.at("loss");
+  ASSERT_EQ(loss.size(), 2u);
+  EXPECT_EQ(loss[0].step, 1200);
+  EXPECT_EQ(loss[1].step, 0);
+  std::vector<int64_t> steps;
+  for (const auto& point : scalars.at("direct")) {
+    steps.push_back(point.step);
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 300, 7}));
+}
+
+TEST(SinkJson, StepFieldOnlyWhenTheEventHasOne) {
+  Event e = statEvent({{"a", int64_t(1)}});
+  std::string line;
+  sinks::text::appendJsonLine(line, e);
+  EXPECT_EQ(line.find("\"step\""), std::string::npos) << line;
+  e.step = 42;
+  line.clear();
+  sinks::text::appendJsonLine(line, e);
+  EXPECT_NE(
+      line.find("\"epoch_seconds\":1714566896.123456,\"step\":42,\"data\""),
+      std::string::npos)
+      << line;
 }
 
 TEST(SinkTensorBoardWriter, RegisteredWriterReceivesStatWindows) {

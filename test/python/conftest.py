@@ -123,3 +123,14 @@ def tm_recorder(tm):
     h = Handlers(tm)
     yield Recorder(h)
     h.close()
+
+
+@pytest.fixture(autouse=True)
+def forget_training_step():
+    """Forgets the process-wide training step after every test, so that a
+    test that sets it never changes the steps another test sees. Only when
+    torch_monitor is already imported: the reference-only runs never load it."""
+    yield
+    module = sys.modules.get(OURS)
+    if module is not None and getattr(module, "set_step", None) is not None:
+        module.set_step(None)

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <variant>
@@ -21,9 +22,14 @@ struct Event {
   std::string name;
   std::chrono::time_point<std::chrono::system_clock> timestamp;
   std::unordered_map<std::string, data_value_t> data;
+  // The training step the event belongs to (see step.h), or nothing. A
+  // Stat's event carries the step current when its window closed; sinks
+  // write points at it.
+  std::optional<int64_t> step;
 
   friend bool operator==(const Event& a, const Event& b) {
-    return a.name == b.name && a.timestamp == b.timestamp && a.data == b.data;
+    return a.name == b.name && a.timestamp == b.timestamp && a.data == b.data &&
+        a.step == b.step;
   }
   friend bool operator!=(const Event& a, const Event& b) {
     return !(a == b);

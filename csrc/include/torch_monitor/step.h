@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string_view>
 
 #include <torch_monitor/export.h>
 
@@ -21,6 +22,10 @@ inline constexpr int64_t kNoStep = std::numeric_limits<int64_t>::min();
 TORCH_MONITOR_API extern std::atomic<int64_t> trainingStep;
 } // namespace detail
 
+// Throws c10::ValueError, naming `what`, for a negative step: the one rule
+// every step (setStep's, an Event's) follows.
+TORCH_MONITOR_API void checkStep(int64_t step, std::string_view what);
+
 // Sets the step. Throws c10::ValueError for a negative step (TensorBoard's
 // step axis and step windows start at 0).
 TORCH_MONITOR_API void setStep(int64_t step);
@@ -28,6 +33,16 @@ TORCH_MONITOR_API void setStep(int64_t step);
 // Forgets the step: getStep() is empty again, as before the first
 // setStep().
 TORCH_MONITOR_API void clearStep() noexcept;
+
+// setStep(*step), or clearStep() for nothing: what the Python and
+// TorchScript set_step(None) do.
+inline void setOrClearStep(std::optional<int64_t> step) {
+  if (step) {
+    setStep(*step);
+  } else {
+    clearStep();
+  }
+}
 
 // The step last set, or nothing before the first setStep().
 inline std::optional<int64_t> getStep() noexcept {

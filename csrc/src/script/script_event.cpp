@@ -6,6 +6,7 @@
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/script/flatten.h>
 #include <torch_monitor/script/registration.h>
+#include <torch_monitor/step.h>
 
 namespace torch_monitor::script {
 namespace {
@@ -197,6 +198,23 @@ void registerEventClassAndOps(torch::Library& m) {
           [](const c10::intrusive_ptr<ScriptEvent>& self, int64_t micros) {
             self->event().timestamp = fromEpochMicros(micros);
           })
+      .def(
+          "step",
+          [](const c10::intrusive_ptr<ScriptEvent>& self) {
+            return self->event().step;
+          },
+          "The training step the event belongs to, or None")
+      .def(
+          "set_step",
+          [](const c10::intrusive_ptr<ScriptEvent>& self,
+             std::optional<int64_t> step) {
+            if (step) {
+              checkStep(*step, "Event step");
+            }
+            self->event().step = step;
+          },
+          "Sets the event's training step (None: none)",
+          {torch::arg("step")})
       .def_pickle(
           [](const c10::intrusive_ptr<ScriptEvent>& self) {
             return self->state();

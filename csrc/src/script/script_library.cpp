@@ -5,6 +5,7 @@
 TORCH_LIBRARY(torch_monitor, m) {
   torch_monitor::script::registerStatClasses(m);
   torch_monitor::script::registerEventClassAndOps(m);
+  torch_monitor::script::registerStepOps(m);
   torch_monitor::script::registerReducerClasses(m);
   torch_monitor::script::registerMonitorClasses(m);
   torch_monitor::script::registerSinkClasses(m);

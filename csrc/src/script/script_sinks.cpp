@@ -214,23 +214,29 @@ void registerTensorBoardWriter(torch::Library& m) {
              c10::IValue value,
              c10::IValue step,
              std::optional<double> wallTime) {
-            const c10::Scalar stepScalar = scalarArgument(step, "step");
-            TORCH_CHECK_TYPE(
-                !stepScalar.isFloatingPoint(),
-                "TensorBoardWriter.add_scalar: step must be an int (or a "
-                "one-element integer tensor), got ",
-                stepScalar.toDouble());
+            std::optional<int64_t> pointStep;
+            if (!step.isNone()) {
+              const c10::Scalar stepScalar = scalarArgument(step, "step");
+              TORCH_CHECK_TYPE(
+                  !stepScalar.isFloatingPoint(),
+                  "TensorBoardWriter.add_scalar: step must be an int (or a "
+                  "one-element integer tensor), got ",
+                  stepScalar.toDouble());
+              pointStep = stepScalar.toLong();
+            }
             self->get().addScalar(
                 tag,
                 scalarArgument(value, "value").toDouble(),
-                stepScalar.toLong(),
+                pointStep,
                 wallTime.value_or(std::numeric_limits<double>::quiet_NaN()));
           },
           "Writes one point; value and step are numbers or one-element "
-          "tensors (read when the call runs); wall_time None means now",
+          "tensors (read when the call runs); step None means the training "
+          "step (set_step) when one is set, else the tag's next counter "
+          "value; wall_time None means now",
           {torch::arg("tag"),
            torch::arg("value"),
-           torch::arg("step"),
+           torch::arg("step") = c10::IValue(),
            torch::arg("wall_time") = c10::IValue()})
       .def("log_dir", [](const Self<S>& self) { return self->get().logdir(); })
       .def(

@@ -13,6 +13,7 @@
 
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
 #include <torch_monitor/sinks/tensorboard_format.h>
+#include <torch_monitor/step.h>
 
 namespace torch_monitor::sinks {
 namespace {
@@ -166,12 +167,12 @@ void TensorBoardWriter::handle(const Event& event) {
   // Integral microseconds: never NaN.
   const double wallTime =
       static_cast<double>(toEpochMicros(event.timestamp)) / 1e6;
-  bool haveStep = false;
-  int64_t step = 0;
+  bool fromKey = false;
+  std::optional<int64_t> step = event.step;
   if (!impl.options.stepKey.empty()) {
     const auto it = event.data.find(impl.options.stepKey);
     if (it != event.data.end() && std::holds_alternative<int64_t>(it->second)) {
-      haveStep = true;
+      fromKey = true;
       step = std::get<int64_t>(it->second);
     }
   }
@@ -180,11 +181,11 @@ void TensorBoardWriter::handle(const Event& event) {
     for (const auto& [key, value] : event.data) {
       double scalar;
       if (!scalarOf(value, scalar) ||
-          (haveStep && key == impl.options.stepKey)) {
+          (fromKey && key == impl.options.stepKey)) {
         continue;
       }
       Impl::TagState& tag = impl.tagState(key);
-      const int64_t pointStep = haveStep ? step : tag.nextStep++;
+      const int64_t pointStep = step ? *step : tag.nextStep++;
       tensorboard::appendScalarRecord(
           buffer, wallTime, pointStep, tag.encoded, static_cast<float>(scalar));
       ++records;
@@ -196,19 +197,23 @@ void TensorBoardWriter::handle(const Event& event) {
 void TensorBoardWriter::addScalar(
     std::string_view tag,
     double value,
-    int64_t step,
+    std::optional<int64_t> step,
     double wallTime) {
   if (!std::isfinite(wallTime)) {
     wallTime = nowSeconds();
   }
+  if (!step) {
+    step = getStep();
+  }
   Impl& impl = *impl_;
   const std::string key(tag);
   impl.writer.append([&](std::string& buffer) {
+    Impl::TagState& state = impl.tagState(key);
     tensorboard::appendScalarRecord(
         buffer,
         wallTime,
-        step,
-        impl.tagState(key).encoded,
+        step ? *step : state.nextStep++,
+        state.encoded,
         static_cast<float>(value));
     return size_t(1);
   });

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -283,6 +284,10 @@ void appendJsonLine(std::string& out, const Event& event) {
   appendIso8601Utc(out, micros);
   out += "\",\"epoch_seconds\":";
   appendEpochSeconds(out, micros);
+  if (event.step) {
+    out += ",\"step\":";
+    out += std::to_string(*event.step);
+  }
   out += ",\"data\":{";
   bool first = true;
   forEachSorted(event, [&](const std::string& key, const data_value_t& value) {

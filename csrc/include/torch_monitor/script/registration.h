@@ -7,6 +7,7 @@
 namespace torch_monitor::script {
 void registerStatClasses(torch::Library& m);
 void registerEventClassAndOps(torch::Library& m);
+void registerStepOps(torch::Library& m); // after the Event ops: shares their fakes' module
 void registerReducerClasses(torch::Library& m);
 void registerMonitorClasses(torch::Library& m); // after reducers: takes them
 void registerSinkClasses(torch::Library& m); // after the Event class

@@ -18,7 +18,10 @@ namespace torch_monitor::script {
 class ScriptEvent : public torch::CustomClassHolder {
  public:
   // version, name, timestamp (µs since the epoch), keys, kinds (index of the
-  // data_value_t alternative), and one value column per kind.
+  // data_value_t alternative), and one value column per kind. The step is
+  // not saved: an Event a saved module holds is filled and logged at run
+  // time (only its name is configuration), and keeping the state as it was
+  // keeps every archive saved before steps existed loadable.
   using State = std::tuple<
       int64_t,
       std::string,

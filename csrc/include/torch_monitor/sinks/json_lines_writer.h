@@ -24,7 +24,10 @@ struct JsonLinesWriterOptions {
 
 // Writes one JSON object per event and line (JSON Lines):
 //   {"name":"torch.monitor.Stat","timestamp":"2024-05-01T12:34:56.123456Z",
-//    "epoch_seconds":1714566896.123456,"data":{"loss.mean":0.25,"n":3}}
+//    "epoch_seconds":1714566896.123456,"step":1200,
+//    "data":{"loss.mean":0.25,"n":3}}
+// "step" (an integer) is there only when the event has a step (a Stat's
+// event has one once the training loop calls setStep).
 // Types are kept: ints as JSON integers, doubles as numbers that always
 // read back as floats (NaN/Infinity as the strings "NaN", "Infinity",
 // "-Infinity"), bools as true/false, strings as strings. Any name, key or

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,8 +25,8 @@ struct TensorBoardWriterOptions {
   // Events whose values are written; empty = every event.
   std::vector<std::string> eventNames{kStatEventName};
   // When not empty and an event holds an integer under this key, it is the
-  // step of all the event's other values (and is not written itself);
-  // otherwise every tag counts its own steps 0, 1, 2, ...
+  // step of all the event's other values (and is not written itself), in
+  // place of the event's own step.
   std::string stepKey;
 };
 
@@ -33,8 +34,11 @@ struct TensorBoardWriterOptions {
 // `events.out.tfevents.<epoch s>.<host>.<pid>.<n>` in `logdir` (created if
 // missing). For each accepted event (by default those a Stat logs, named
 // "torch.monitor.Stat") every numeric value becomes one scalar: the data key
-// is the tag, the event's timestamp the wall time, and the step a per-tag
-// 64-bit counter (or the event's `stepKey` value). Doubles and ints are
+// is the tag, the event's timestamp the wall time, and the step the first
+// of: the event's `stepKey` value (when configured and present), the
+// event's step (a Stat's event carries the training step current when its
+// window closed, see step.h), else a per-tag counter 0, 1, 2, ... (which
+// only the points without a step advance). Doubles and ints are
 // written as float32 (TensorBoard's simple_value), bools as 0/1, strings are
 // skipped.
 //
@@ -57,13 +61,16 @@ class TORCH_MONITOR_API TensorBoardWriter final : public Sink {
 
   void handle(const Event& event) override;
 
-  // Writes one point directly, as SummaryWriter.add_scalar does. A wall time
+  // Writes one point directly, as SummaryWriter.add_scalar does, at `step`;
+  // without one, at the training step (getStep()) when one is set, else at
+  // the tag's next counter value (as an event without a step). A wall time
   // that is not finite (the default NaN) means now: TensorBoard's reader
-  // rejects a NaN wall time. Does not touch the per-tag counters.
+  // rejects a NaN wall time.
+  //   tb.addScalar("loss", loss, step);  // or tb.addScalar("loss", loss)
   void addScalar(
       std::string_view tag,
       double value,
-      int64_t step,
+      std::optional<int64_t> step = std::nullopt,
       double wallTime = std::numeric_limits<double>::quiet_NaN());
 
   void flush() override;

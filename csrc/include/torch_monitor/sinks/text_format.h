@@ -39,7 +39,8 @@ TORCH_MONITOR_API void appendIso8601Utc(std::string& out, int64_t epochMicros);
 TORCH_MONITOR_API void appendEpochSeconds(std::string& out, int64_t epochMicros);
 
 // One JSON Lines record, newline included:
-// {"name":...,"timestamp":"<ISO-8601>","epoch_seconds":<s.us>,"data":{...}}
+// {"name":...,"timestamp":"<ISO-8601>","epoch_seconds":<s.us>[,"step":<int>],
+// "data":{...}} ("step" only when the event has one)
 // with data keys sorted; ints as JSON integers, doubles as above, bools as
 // true/false, strings as strings.
 TORCH_MONITOR_API void appendJsonLine(std::string& out, const Event& event);
