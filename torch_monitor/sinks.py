@@ -136,8 +136,14 @@ class TensorBoardWriter(_C._TensorBoardWriter):
             all its other values (and is not written itself).
 
     Also ``add_scalar(tag, scalar_value, global_step, walltime=None)`` like
-    ``SummaryWriter`` (``walltime`` None means now), and the read-only
-    ``log_dir``, ``file_path``, ``flush_interval``, ``event_names``.
+    ``SummaryWriter`` (``walltime`` None means now);
+    ``add_histogram(tag, values, global_step=None, walltime=None)``, the
+    histogram of a tensor's values with ``SummaryWriter.add_histogram``'s
+    default buckets (bucketed on the tensor's device; ``values`` None writes
+    nothing, so ``monitor.peek()`` can be passed as is; ``global_step`` None
+    is the tag's own counter 0, 1, 2, ...; see docs/sinks.md "Histograms");
+    and the read-only ``log_dir``, ``file_path``, ``flush_interval``,
+    ``event_names``.
     """
 
     def __init__(

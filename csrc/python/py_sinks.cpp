@@ -13,6 +13,7 @@
 
 #include <pybind11/stl.h>
 #include <torch/csrc/jit/api/object.h>
+#include <torch/csrc/utils/pybind.h> // at::Tensor from and to Python
 
 #include <c10/util/Exception.h>
 
@@ -281,6 +282,27 @@ void initSinks(py::module_& m) {
           py::arg("tag"),
           py::arg("scalar_value"),
           py::arg("global_step"),
+          py::arg("walltime") = py::none())
+      .def(
+          "add_histogram",
+          [](TensorBoardFace& self,
+             const std::string& tag,
+             const std::optional<at::Tensor>& values,
+             std::optional<int64_t> step,
+             std::optional<double> wallTime) {
+            // None (a monitor's peek() before its first step) writes
+            // nothing, so that one line can feed a histogram every N steps.
+            if (values) {
+              self.typed->addHistogram(
+                  tag,
+                  *values,
+                  step,
+                  wallTime.value_or(std::numeric_limits<double>::quiet_NaN()));
+            }
+          },
+          py::arg("tag"),
+          py::arg("values"),
+          py::arg("global_step") = py::none(),
           py::arg("walltime") = py::none())
       .def_property_readonly(
           "log_dir",

@@ -73,13 +73,18 @@ size_t bufferBytes(int64_t bytes) {
 
 // add_scalar's value or step: a number, or a one-element tensor read when
 // the call runs, so that compiled and exported code can pass what it
-// computed.
-c10::Scalar scalarArgument(const c10::IValue& v, const char* what) {
+// computed. `method` names the caller in errors.
+c10::Scalar scalarArgument(
+    const c10::IValue& v,
+    const char* what,
+    const char* method = "add_scalar") {
   if (v.isTensor()) {
     const at::Tensor& tensor = v.toTensor();
     TORCH_CHECK_VALUE(
         tensor.numel() == 1,
-        "TensorBoardWriter.add_scalar: ",
+        "TensorBoardWriter.",
+        method,
+        ": ",
         what,
         " must be a number or a one-element tensor, got a tensor of ",
         tensor.numel(),
@@ -88,11 +93,32 @@ c10::Scalar scalarArgument(const c10::IValue& v, const char* what) {
   }
   TORCH_CHECK_TYPE(
       v.isDouble() || v.isInt() || v.isBool(),
-      "TensorBoardWriter.add_scalar: ",
+      "TensorBoardWriter.",
+      method,
+      ": ",
       what,
       " must be a number or a one-element tensor, got ",
       v.tagKind());
   return v.toScalar();
+}
+
+// A step argument: an int or a one-element integer tensor; None means "not
+// given" (TensorBoardWriter then picks the step, see addHistogram). Meant
+// for add_scalar too once its step is optional.
+std::optional<int64_t> stepArgument(
+    const c10::IValue& step,
+    const char* method) {
+  if (step.isNone()) {
+    return std::nullopt;
+  }
+  const c10::Scalar scalar = scalarArgument(step, "step", method);
+  TORCH_CHECK_TYPE(
+      !scalar.isFloatingPoint(),
+      "TensorBoardWriter.",
+      method,
+      ": step must be an int (or a one-element integer tensor), got ",
+      scalar.toDouble());
+  return scalar.toLong();
 }
 
 // A buffered file sink's configuration: its own entries, then those every
@@ -231,6 +257,31 @@ void registerTensorBoardWriter(torch::Library& m) {
           {torch::arg("tag"),
            torch::arg("value"),
            torch::arg("step"),
+           torch::arg("wall_time") = c10::IValue()})
+      .def(
+          "add_histogram",
+          [](const Self<S>& self,
+             std::string tag,
+             std::optional<at::Tensor> values,
+             c10::IValue step,
+             std::optional<double> wallTime) {
+            // None (a monitor's peek() before its first step) writes
+            // nothing, so that one line can feed a histogram every N steps.
+            if (values) {
+              self->get().addHistogram(
+                  tag,
+                  *values,
+                  stepArgument(step, "add_histogram"),
+                  wallTime.value_or(std::numeric_limits<double>::quiet_NaN()));
+            }
+          },
+          "Writes the histogram of `values` with SummaryWriter's default "
+          "buckets (None: nothing); step an int, a one-element tensor, or "
+          "None for the training step (else a per-tag counter); wall_time "
+          "None means now",
+          {torch::arg("tag"),
+           torch::arg("values"),
+           torch::arg("step") = c10::IValue(),
            torch::arg("wall_time") = c10::IValue()})
       .def("log_dir", [](const Self<S>& self) { return self->get().logdir(); })
       .def(
