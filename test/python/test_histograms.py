@@ -297,3 +297,27 @@ def test_script_steps_as_tensors_or_counted(tmp_path):
     # the failed call wrote "counted" (step 2) before add_histogram("given") threw
     assert [s for s, _ in histos["counted"]] == [0, 1, 2]
     assert [s for s, _ in histos["given"]] == [5, 9]
+
+
+class CompiledWriter(torch.nn.Module):
+    def __init__(self, writer):
+        super().__init__()
+        self.tb = writer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        self.tb.add_histogram("y", y, 3)
+        return y + 1
+
+
+def test_torch_compile_and_export_write_histograms(tm, tmp_path):
+    """The call stays in compiled and exported graphs (call_torchbind)."""
+    writer = tm.TensorBoardWriter(str(tmp_path))
+    module = CompiledWriter(writer)
+    x = torch.randn(10)
+    torch.compile(module, fullgraph=True)(x)
+    torch.export.export(module, (x,), strict=False).module()(x)
+    writer.close()
+    histos = read_histograms(tmp_path)["y"]
+    assert len(histos) == 2
+    assert all(h.num == 10 and h.sum == pytest.approx(float((x * 2).sum())) for _, h in histos)

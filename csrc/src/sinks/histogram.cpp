@@ -117,7 +117,8 @@ at::Tensor countBucketsOnCpu(const at::Tensor& values) {
   return threads == 1 ? partial[0] : partial.sum(0);
 }
 
-// bucketize + bincount on the tensor's device; nothing is read back here.
+// bucketize + bincount on the tensor's device. (On CUDA, bincount reads its
+// input's range back to size its output: a second small synchronisation.)
 at::Tensor countBucketsWithTensorOps(const at::Tensor& values) {
   const std::vector<double>& edgeList = defaultHistogramEdges();
   const at::Tensor edges = edgesOnCpu().to(values.device());
@@ -129,7 +130,7 @@ at::Tensor countBucketsWithTensorOps(const at::Tensor& values) {
           .sub(1)
           .clamp_max(buckets - 1);
   // Everything outside the edges (NaN fails both comparisons) goes to one
-  // extra slot that is dropped: no boolean indexing, so no device sync.
+  // extra slot that is dropped: no boolean indexing, which would sync.
   const at::Tensor inside =
       values.ge(edgeList.front()).logical_and(values.le(edgeList.back()));
   index = at::where(inside, index, buckets);
