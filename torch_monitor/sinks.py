@@ -141,7 +141,11 @@ class TensorBoardWriter(_C._TensorBoardWriter):
     Also ``add_scalar(tag, scalar_value, global_step=None, walltime=None)``
     like ``SummaryWriter`` (``global_step`` None means the training step when
     one is set, else the tag's next counter value; ``walltime`` None means
-    now), and the read-only
+    now); ``add_histogram(tag, values, global_step=None, walltime=None)``, the
+    histogram of a tensor's values with ``SummaryWriter.add_histogram``'s
+    default buckets (bucketed on the tensor's device; ``values`` None writes
+    nothing, so ``monitor.peek()`` can be passed as is; ``global_step`` as for
+    ``add_scalar``; see docs/sinks.md "Histograms"); and the read-only
     ``log_dir``, ``file_path``, ``flush_interval``, ``event_names``.
     """
 

@@ -13,6 +13,7 @@
 
 #include <pybind11/stl.h>
 #include <torch/csrc/jit/api/object.h>
+#include <torch/csrc/utils/pybind.h> // at::Tensor from and to Python
 
 #include <c10/util/Exception.h>
 
@@ -285,6 +286,30 @@ void initSinks(py::module_& m) {
           "Writes one point at global_step; None: at the training step "
           "(torch_monitor.set_step) when one is set, else at the tag's next "
           "counter value")
+      .def(
+          "add_histogram",
+          [](TensorBoardFace& self,
+             const std::string& tag,
+             const std::optional<at::Tensor>& values,
+             std::optional<int64_t> step,
+             std::optional<double> wallTime) {
+            // None (a monitor's peek() before its first step) writes
+            // nothing, so that one line can feed a histogram every N steps.
+            if (values) {
+              self.typed->addHistogram(
+                  tag,
+                  *values,
+                  step,
+                  wallTime.value_or(std::numeric_limits<double>::quiet_NaN()));
+            }
+          },
+          py::arg("tag"),
+          py::arg("values"),
+          py::arg("global_step") = py::none(),
+          py::arg("walltime") = py::none(),
+          "Writes the histogram of values' elements with SummaryWriter's "
+          "default buckets at global_step (None: as add_scalar); values None "
+          "writes nothing")
       .def_property_readonly(
           "log_dir",
           [](const TensorBoardFace& self) { return self.typed->logdir(); })

@@ -73,13 +73,18 @@ size_t bufferBytes(int64_t bytes) {
 
 // add_scalar's value or step: a number, or a one-element tensor read when
 // the call runs, so that compiled and exported code can pass what it
-// computed.
-c10::Scalar scalarArgument(const c10::IValue& v, const char* what) {
+// computed. `method` names the caller in errors.
+c10::Scalar scalarArgument(
+    const c10::IValue& v,
+    const char* what,
+    const char* method = "add_scalar") {
   if (v.isTensor()) {
     const at::Tensor& tensor = v.toTensor();
     TORCH_CHECK_VALUE(
         tensor.numel() == 1,
-        "TensorBoardWriter.add_scalar: ",
+        "TensorBoardWriter.",
+        method,
+        ": ",
         what,
         " must be a number or a one-element tensor, got a tensor of ",
         tensor.numel(),
@@ -88,11 +93,32 @@ c10::Scalar scalarArgument(const c10::IValue& v, const char* what) {
   }
   TORCH_CHECK_TYPE(
       v.isDouble() || v.isInt() || v.isBool(),
-      "TensorBoardWriter.add_scalar: ",
+      "TensorBoardWriter.",
+      method,
+      ": ",
       what,
       " must be a number or a one-element tensor, got ",
       v.tagKind());
   return v.toScalar();
+}
+
+// A step argument of add_scalar and add_histogram: an int or a one-element
+// integer tensor; None means "not given" (TensorBoardWriter then picks the
+// step: the training step, else the tag's counter).
+std::optional<int64_t> stepArgument(
+    const c10::IValue& step,
+    const char* method) {
+  if (step.isNone()) {
+    return std::nullopt;
+  }
+  const c10::Scalar scalar = scalarArgument(step, "step", method);
+  TORCH_CHECK_TYPE(
+      !scalar.isFloatingPoint(),
+      "TensorBoardWriter.",
+      method,
+      ": step must be an int (or a one-element integer tensor), got ",
+      scalar.toDouble());
+  return scalar.toLong();
 }
 
 // A buffered file sink's configuration: its own entries, then those every
@@ -214,20 +240,10 @@ void registerTensorBoardWriter(torch::Library& m) {
              c10::IValue value,
              c10::IValue step,
              std::optional<double> wallTime) {
-            std::optional<int64_t> pointStep;
-            if (!step.isNone()) {
-              const c10::Scalar stepScalar = scalarArgument(step, "step");
-              TORCH_CHECK_TYPE(
-                  !stepScalar.isFloatingPoint(),
-                  "TensorBoardWriter.add_scalar: step must be an int (or a "
-                  "one-element integer tensor), got ",
-                  stepScalar.toDouble());
-              pointStep = stepScalar.toLong();
-            }
             self->get().addScalar(
                 tag,
                 scalarArgument(value, "value").toDouble(),
-                pointStep,
+                stepArgument(step, "add_scalar"),
                 wallTime.value_or(std::numeric_limits<double>::quiet_NaN()));
           },
           "Writes one point; value and step are numbers or one-element "
@@ -236,6 +252,31 @@ void registerTensorBoardWriter(torch::Library& m) {
           "value; wall_time None means now",
           {torch::arg("tag"),
            torch::arg("value"),
+           torch::arg("step") = c10::IValue(),
+           torch::arg("wall_time") = c10::IValue()})
+      .def(
+          "add_histogram",
+          [](const Self<S>& self,
+             std::string tag,
+             std::optional<at::Tensor> values,
+             c10::IValue step,
+             std::optional<double> wallTime) {
+            // None (a monitor's peek() before its first step) writes
+            // nothing, so that one line can feed a histogram every N steps.
+            if (values) {
+              self->get().addHistogram(
+                  tag,
+                  *values,
+                  stepArgument(step, "add_histogram"),
+                  wallTime.value_or(std::numeric_limits<double>::quiet_NaN()));
+            }
+          },
+          "Writes the histogram of `values` with SummaryWriter's default "
+          "buckets (None: nothing); step an int, a one-element tensor, or "
+          "None for the training step (else a per-tag counter); wall_time "
+          "None means now",
+          {torch::arg("tag"),
+           torch::arg("values"),
            torch::arg("step") = c10::IValue(),
            torch::arg("wall_time") = c10::IValue()})
       .def("log_dir", [](const Self<S>& self) { return self->get().logdir(); })

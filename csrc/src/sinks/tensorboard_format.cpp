@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include <torch_monitor/sinks/crc32c.h>
+#include <torch_monitor/sinks/histogram.h>
 #include <torch_monitor/sinks/text_format.h>
 
 namespace torch_monitor::sinks::tensorboard {
@@ -17,6 +18,16 @@ constexpr char kSummaryKey = 0x2a; // Event.summary, bytes
 constexpr char kValueKey = 0x0a; // Summary.value, bytes
 constexpr char kTagKey = 0x0a; // Summary.Value.tag, bytes
 constexpr char kSimpleValueKey = 0x15; // Summary.Value.simple_value, fixed32
+constexpr char kHistoKey = 0x2a; // Summary.Value.histo, bytes
+// HistogramProto: min, max, num, sum, sum_squares (fixed64 doubles), then
+// bucket_limit and bucket (packed doubles, bytes).
+constexpr char kHistoMinKey = 0x09;
+constexpr char kHistoMaxKey = 0x11;
+constexpr char kHistoNumKey = 0x19;
+constexpr char kHistoSumKey = 0x21;
+constexpr char kHistoSumSquaresKey = 0x29;
+constexpr char kBucketLimitKey = 0x32;
+constexpr char kBucketKey = 0x3a;
 
 template <typename T>
 char* storeLittleEndian(char* p, T value) {
@@ -52,6 +63,49 @@ void appendLengthDelimited(std::string& out, char key, std::string_view bytes) {
   out.push_back(key);
   appendVarint(out, bytes.size());
   out.append(bytes.data(), bytes.size());
+}
+
+// A proto3 double field: omitted when its bits are all zero (+0.0).
+void appendDoubleField(std::string& out, char key, double value) {
+  uint64_t bits;
+  std::memcpy(&bits, &value, 8);
+  if (bits != 0) {
+    out.push_back(key);
+    appendDouble(out, value);
+  }
+}
+
+void appendPackedDoubles(
+    std::string& out,
+    char key,
+    const std::vector<double>& values) {
+  if (values.empty()) {
+    return;
+  }
+  out.push_back(key);
+  appendVarint(out, values.size() * 8);
+  for (double v : values) {
+    appendDouble(out, v);
+  }
+}
+
+// Event{wall_time, step (omitted when 0), summary {value = summaryValue}}.
+std::string summaryEvent(
+    double wallTime,
+    int64_t step,
+    std::string_view summaryValue) {
+  std::string summary;
+  appendLengthDelimited(summary, kValueKey, summaryValue);
+
+  std::string event;
+  event.push_back(kWallTimeKey);
+  appendDouble(event, wallTime);
+  if (step != 0) {
+    event.push_back(kStepKey);
+    appendVarint(event, static_cast<uint64_t>(step));
+  }
+  appendLengthDelimited(event, kSummaryKey, summary);
+  return event;
 }
 
 } // namespace
@@ -101,19 +155,27 @@ std::string scalarEvent(
   char bytes[4];
   storeLittleEndian(bytes, value);
   summaryValue.append(bytes, 4);
+  return summaryEvent(wallTime, step, summaryValue);
+}
 
-  std::string summary;
-  appendLengthDelimited(summary, kValueKey, summaryValue);
+std::string histogramEvent(
+    double wallTime,
+    int64_t step,
+    std::string_view tag,
+    const Histogram& histogram) {
+  std::string histo;
+  appendDoubleField(histo, kHistoMinKey, histogram.min);
+  appendDoubleField(histo, kHistoMaxKey, histogram.max);
+  appendDoubleField(histo, kHistoNumKey, histogram.num);
+  appendDoubleField(histo, kHistoSumKey, histogram.sum);
+  appendDoubleField(histo, kHistoSumSquaresKey, histogram.sumSquares);
+  appendPackedDoubles(histo, kBucketLimitKey, histogram.bucketLimits);
+  appendPackedDoubles(histo, kBucketKey, histogram.bucketCounts);
 
-  std::string event;
-  event.push_back(kWallTimeKey);
-  appendDouble(event, wallTime);
-  if (step != 0) {
-    event.push_back(kStepKey);
-    appendVarint(event, static_cast<uint64_t>(step));
-  }
-  appendLengthDelimited(event, kSummaryKey, summary);
-  return event;
+  std::string summaryValue;
+  appendLengthDelimited(summaryValue, kTagKey, tag);
+  appendLengthDelimited(summaryValue, kHistoKey, histo);
+  return summaryEvent(wallTime, step, summaryValue);
 }
 
 ScalarTag::ScalarTag(std::string_view tag) {

@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
+#include <torch_monitor/sinks/histogram.h>
 #include <torch_monitor/sinks/tensorboard_format.h>
 #include <torch_monitor/step.h>
 
@@ -104,6 +105,20 @@ struct TensorBoardWriter::Impl {
       it = tags.emplace(key, TagState(key)).first;
     }
     return it->second;
+  }
+
+  // Which step a point written directly (add_scalar, add_histogram) gets:
+  // the one given, else the training step (getStep()), else the tag's own
+  // counter 0, 1, 2, ... (shared with the events' per-tag steps). Called with
+  // the writer's buffer lock held.
+  static int64_t stepFor(std::optional<int64_t> given, TagState& tag) {
+    if (given) {
+      return *given;
+    }
+    if (const std::optional<int64_t> training = getStep()) {
+      return *training;
+    }
+    return tag.nextStep++;
   }
 
   const std::string logdir;
@@ -202,9 +217,6 @@ void TensorBoardWriter::addScalar(
   if (!std::isfinite(wallTime)) {
     wallTime = nowSeconds();
   }
-  if (!step) {
-    step = getStep();
-  }
   Impl& impl = *impl_;
   const std::string key(tag);
   impl.writer.append([&](std::string& buffer) {
@@ -212,9 +224,34 @@ void TensorBoardWriter::addScalar(
     tensorboard::appendScalarRecord(
         buffer,
         wallTime,
-        step ? *step : state.nextStep++,
+        Impl::stepFor(step, state),
         state.encoded,
         static_cast<float>(value));
+    return size_t(1);
+  });
+}
+
+void TensorBoardWriter::addHistogram(
+    std::string_view tag,
+    const at::Tensor& values,
+    std::optional<int64_t> step,
+    double wallTime) {
+  // Bad values throw here, before anything is buffered.
+  const Histogram histogram = computeHistogram(values);
+  if (!std::isfinite(wallTime)) {
+    wallTime = nowSeconds();
+  }
+  Impl& impl = *impl_;
+  const std::string key(tag);
+  impl.writer.append([&](std::string& buffer) {
+    Impl::TagState& state = impl.tagState(key);
+    tensorboard::appendRecord(
+        buffer,
+        tensorboard::histogramEvent(
+            wallTime,
+            Impl::stepFor(step, state),
+            state.encoded.tag(),
+            histogram));
     return size_t(1);
   });
 }

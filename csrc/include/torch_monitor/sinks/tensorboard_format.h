@@ -1,14 +1,18 @@
 #pragma once
 
 // The few pieces of TensorBoard's event-file format the native writer needs,
-// encoded by hand (no protobuf dependency): TFRecord framing, and the two
-// Event messages it writes. See docs/sinks.md for the byte layout.
+// encoded by hand (no protobuf dependency): TFRecord framing, and the
+// Event messages it writes (file version, scalar, histogram). See docs/sinks.md for the byte layout.
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include <torch_monitor/export.h>
+
+namespace torch_monitor::sinks {
+struct Histogram;
+} // namespace torch_monitor::sinks
 
 namespace torch_monitor::sinks::tensorboard {
 
@@ -32,6 +36,17 @@ TORCH_MONITOR_API std::string fileVersionEvent(double wallTime);
 // `tag` is copied as given; TensorBoard needs valid UTF-8 (see ScalarTag).
 TORCH_MONITOR_API std::string
 scalarEvent(double wallTime, int64_t step, std::string_view tag, float value);
+
+// Serialised Event{wall_time = 1, step = 2, summary = 5 {value = 1 {tag = 1,
+// histo = 5 (HistogramProto {min = 1, max = 2, num = 3, sum = 4,
+// sum_squares = 5 (doubles, omitted when +0, as proto3 does),
+// bucket_limit = 6, bucket = 7 (packed doubles)})}}}. `tag` is copied as
+// given (repair it with ScalarTag first).
+TORCH_MONITOR_API std::string histogramEvent(
+    double wallTime,
+    int64_t step,
+    std::string_view tag,
+    const Histogram& histogram);
 
 // The bytes of a scalar Event that depend only on the tag (the summary's
 // length prefixes and the tag), computed once per tag so that the hot path

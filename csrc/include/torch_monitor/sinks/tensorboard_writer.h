@@ -13,6 +13,10 @@
 #include <torch_monitor/export.h>
 #include <torch_monitor/sinks/sink.h>
 
+namespace at {
+class Tensor; // declared only: this header stays free of ATen
+} // namespace at
+
 namespace torch_monitor::sinks {
 
 // Configuration of a TensorBoardWriter; a plain value.
@@ -40,7 +44,8 @@ struct TensorBoardWriterOptions {
 // window closed, see step.h), else a per-tag counter 0, 1, 2, ... (which
 // only the points without a step advance). Doubles and ints are
 // written as float32 (TensorBoard's simple_value), bools as 0/1, strings are
-// skipped.
+// skipped. addScalar() and addHistogram() write points directly, like
+// SummaryWriter.
 //
 // handle() only encodes into memory (~0.1 µs per scalar); a background
 // thread writes whole records every flushInterval, and on flush(), close(),
@@ -70,6 +75,24 @@ class TORCH_MONITOR_API TensorBoardWriter final : public Sink {
   void addScalar(
       std::string_view tag,
       double value,
+      std::optional<int64_t> step = std::nullopt,
+      double wallTime = std::numeric_limits<double>::quiet_NaN());
+
+  // Writes the histogram of `values` (any shape, real or bool dtype, any
+  // device) as SummaryWriter.add_histogram does with its default buckets
+  // (see computeHistogram in histogram.h, which also says what is thrown
+  // for bad values). The bucketing runs on the tensor's device on the
+  // calling thread, with one copy of the result to the host; the record is
+  // then buffered and written in the background like a scalar. An omitted
+  // step is the training step (getStep()), else the tag's own counter 0, 1,
+  // 2, ... (see stepFor in the .cpp). Wall time as in addScalar.
+  //
+  //   if (step % 100 == 0)
+  //     if (auto d = monitor->reducer()->peek())
+  //       tb->addHistogram("fc.weight.update", *d, step);
+  void addHistogram(
+      std::string_view tag,
+      const at::Tensor& values,
       std::optional<int64_t> step = std::nullopt,
       double wallTime = std::numeric_limits<double>::quiet_NaN());
 
