@@ -1,15 +1,18 @@
 """The demo job: a short training run monitored with torch_monitor.
 
-Trains a small MLP on synthetic regression data on the CPU. Stats aggregate
-the loss, the gradient norm and the first layer's weight-update ratio
-||dW|| / ||W|| over 0.1 s windows. The update ratio comes from a
-DifferenceMonitor: the optimizer step runs inside an "updater" module's
-forward(), and the monitor records how the layer's weight changed across it.
-Every closed window becomes a point in TensorBoard files written by the native
-writer (points of each tag numbered 0, 1, 2, ...), and a summary table is
-printed at the end.
+Trains a small MLP on synthetic regression data on the CPU, the way a
+training loop logs: the step is set once per iteration (set_step), and the
+loss, the gradient norm and the first layer's weight-update ratio
+||dW|| / ||W|| are added to Stats as tensors (no .item(): on a GPU nothing
+would wait for the device) over windows of --window steps. The update ratio
+comes from a DifferenceMonitor: the optimizer step runs inside an "updater"
+module's forward(), and the monitor records how the layer's weight changed
+across it; every --histogram-every steps that change is also written as a
+histogram (the distribution of the layer's weight updates). Every closed
+window becomes a point at its training step in TensorBoard files written by
+the native writer, and a summary table is printed at the end.
 
-    python examples/demo_training.py [--steps 1500] [--window 0.1] [--logdir runs]
+    python examples/demo_training.py [--steps 1500] [--window 50] [--histogram-every 100] [--logdir runs]
 """
 
 import argparse
@@ -26,7 +29,8 @@ import torch_monitor as monitor
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1500)
-    parser.add_argument("--window", type=float, default=0.1, help="seconds")
+    parser.add_argument("--window", type=int, default=50, help="steps per Stat window")
+    parser.add_argument("--histogram-every", type=int, default=100, help="steps")
     parser.add_argument("--logdir", default="runs")
     return parser.parse_args()
 
@@ -52,25 +56,28 @@ class Updater(torch.nn.Module):
         self.optimizer.step()
 
 
-def progress(step, total, loss, width=30):
+def progress(step, total, loss_stat, width=30):
+    # The mean of the last closed window: reading it waits for nothing.
+    mean = loss_stat.get()[monitor.MEAN]
     done = int(width * step / total)
-    sys.stdout.write(f"\r  [{'#' * done}{'.' * (width - done)}] step {step}/{total}  loss {loss:.4f}")
+    sys.stdout.write(f"\r  [{'#' * done}{'.' * (width - done)}] step {step}/{total}  loss {mean:.4f}")
     sys.stdout.flush()
 
 
 def summary_table(events):
-    """One row per tag: number of points, first, last, min and max value."""
+    """One row per tag: points, the steps they lie at, first, last, min, max."""
     series = {}
     for event in events:
         for tag, value in event.data.items():
-            series.setdefault(tag, []).append(value)
-    header = f"{'tag':<18}{'points':>7}{'first':>11}{'last':>11}{'min':>11}{'max':>11}"
+            series.setdefault(tag, []).append((event.step, value))
+    header = f"{'tag':<18}{'points':>7}{'at steps':>14}{'first':>10}{'last':>10}{'min':>10}{'max':>10}"
     lines = [header, "-" * len(header)]
     for tag in sorted(series):
-        values = series[tag]
+        steps = [s for s, _ in series[tag]]
+        values = [v for _, v in series[tag]]
         lines.append(
-            f"{tag:<18}{len(values):>7}{values[0]:>11.4f}{values[-1]:>11.4f}"
-            f"{min(values):>11.4f}{max(values):>11.4f}"
+            f"{tag:<18}{len(values):>7}{f'{steps[0]}..{steps[-1]}':>14}{values[0]:>10.4f}"
+            f"{values[-1]:>10.4f}{min(values):>10.4f}{max(values):>10.4f}"
         )
     return "\n".join(lines)
 
@@ -86,10 +93,10 @@ def main():
         monitor.register_event_handler(writer),
         monitor.register_event_handler(received.append),
     ]
-    window = datetime.timedelta(seconds=args.window)
-    loss_stat = monitor.Stat("loss", [monitor.MEAN, monitor.MIN, monitor.MAX], window)
-    grad_stat = monitor.Stat("grad_norm", [monitor.MEAN, monitor.MAX], window)
-    ratio_stat = monitor.Stat("update_ratio", [monitor.MEAN, monitor.MAX], window)
+    # Windows of args.window training steps: [0, 50), [50, 100), ...
+    loss_stat = monitor.Stat("loss", [monitor.MEAN, monitor.MIN, monitor.MAX], window_steps=args.window)
+    grad_stat = monitor.Stat("grad_norm", [monitor.MEAN, monitor.MAX], window_steps=args.window)
+    ratio_stat = monitor.Stat("update_ratio", [monitor.MEAN, monitor.MAX], window_steps=args.window)
 
     x, y = make_data()
     model = torch.nn.Sequential(torch.nn.Linear(16, 256), torch.nn.Tanh(), torch.nn.Linear(256, 1))
@@ -101,19 +108,24 @@ def main():
     )
 
     print(f"torch_monitor demo: {args.steps} steps, TensorBoard files in {run_dir}")
+    histograms = 0
     start = time.perf_counter()
-    for step in range(1, args.steps + 1):
+    for step in range(args.steps):
+        monitor.set_step(step)  # every Stat window, event and point follows it
         batch = torch.randint(0, x.shape[0], (512,))
         loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch])
         optimizer.zero_grad()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
         updater()  # optimizer.step(), watched by weight_change
-        loss_stat.add(loss.item())
-        grad_stat.add(grad_norm.item())
-        ratio_stat.add((weight_change.peek().norm() / model[0].weight.norm()).item())
-        if step % 20 == 0 or step == args.steps:
-            progress(step, args.steps, loss.item())
+        loss_stat.add(loss)  # tensors: every element is one sample, detached
+        grad_stat.add(grad_norm)
+        ratio_stat.add(weight_change.peek().norm() / model[0].weight.norm())
+        if (step + 1) % args.histogram_every == 0:
+            writer.add_histogram("update/layer0.weight", weight_change.peek(), step)
+            histograms += 1
+        if (step + 1) % 20 == 0 or step + 1 == args.steps:
+            progress(step + 1, args.steps, loss_stat)
     elapsed = time.perf_counter() - start
     print()
 
@@ -127,6 +139,10 @@ def main():
     stat_events = [e for e in received if e.name == monitor.STAT_EVENT]
     print(f"\nTrained {args.steps} steps in {elapsed:.1f} s; {len(stat_events)} stat windows logged.\n")
     print(summary_table(stat_events))
+    print(
+        f"\nhistogram update/layer0.weight (layer 0's weight change per step): "
+        f"{histograms} written, one every {args.histogram_every} steps"
+    )
     norms = ", ".join(f"{v:.4f}" for v in last_changes.flatten(1).norm(dim=1).tolist()[:5])
     print(f"\n||dW|| of layer 0 over the last 5 steps (newest first): {norms}")
     print(f"\nSee the curves with:  tensorboard --logdir {args.logdir}")
