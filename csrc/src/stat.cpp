@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/detail/text.h>
+#include <torch_monitor/detail/window_timer.h>
 #include <torch_monitor/event_handler.h>
 
 namespace torch_monitor {
@@ -15,12 +16,14 @@ Stat<T>::Stat(
     std::string name,
     std::vector<Aggregation> aggregations,
     std::chrono::milliseconds windowSize,
-    int64_t maxSamples)
+    int64_t maxSamples,
+    WindowClose windowClose)
     : capped_(maxSamples != kUnlimitedSamples),
       clock_(
           coarseClockIsPreciseEnough(windowSize.count())
               ? ClockSource::COARSE
               : ClockSource::PRECISE),
+      windowClose_(windowClose),
       aggregations_(aggregations),
       windowMs_(windowSize.count()),
       name_(std::move(name)),
@@ -56,11 +59,17 @@ Stat<T>::Stat(
   }
   detail::ensureAsymmetricBarrier();
   track(); // last: the registry may call in from now on
+  if (windowClose_ == WindowClose::ON_TIME) {
+    detail::joinWindowTimer(this); // after track(): see window_timer.cpp
+  }
 }
 
 template <typename T>
 Stat<T>::~Stat() {
   untrack(); // first: closeAllStats() and fork() no longer see this Stat
+  if (windowClose_ == WindowClose::ON_TIME) {
+    detail::leaveWindowTimer(this); // nor the window timer
+  }
   try {
     if (auto event = closeOpenWindow()) {
       detail::dispatchEvent(*event);
@@ -94,12 +103,24 @@ void Stat<T>::addAfterRollOver(T v, int64_t now) {
     std::lock_guard<std::mutex> guard(mutex_);
     // Another thread may have closed the window since we read the clock.
     if (now >= windowEndMs_.load(std::memory_order_relaxed)) {
-      closed = closeLocked(harvest(/*reset=*/true));
-      windowEndMs_.store(windowIdAt(now) * windowMs_, std::memory_order_release);
+      closed = rollOverLocked(windowIdAt(now) * windowMs_);
     }
   }
   addSharded(v, now);
   emit(closed);
+}
+
+template <typename T>
+typename Stat<T>::ClosedWindow Stat<T>::rollOverLocked(int64_t nextEndMs) {
+  ClosedWindow closed;
+  // A window without samples (none open, or its opening add not yet in)
+  // leaves the last closed window, which get() reports, as it is.
+  const detail::Accumulator<T> window = harvest(/*reset=*/true);
+  if (window.count > 0) {
+    closed = closeLocked(window);
+  }
+  windowEndMs_.store(nextEndMs, std::memory_order_release);
+  return closed;
 }
 
 template <typename T>
@@ -158,20 +179,14 @@ void Stat<T>::addCapped(T v) {
     CappedWindow& w = *state_.capped;
     const int64_t now = monotonicMs(clock_);
     const int64_t windowId = windowIdAt(now);
-    const auto closeCurrent = [&](ClosedWindow& out) {
-      out = closeLocked(w.current);
-      w.current = detail::Accumulator<T>();
-      w.lastClosedWindowId = w.windowId;
-      w.windowId = windowId;
-    };
     if ((windowId != w.windowId || w.current.count >= w.maxSamples) &&
         w.lastClosedWindowId != windowId) {
-      closeCurrent(closed[0]);
+      closeCappedLocked(closed[0], windowId);
     }
     if (w.lastClosedWindowId != windowId) {
       w.current.add(v, now);
       if (w.current.count >= w.maxSamples) {
-        closeCurrent(closed[1]);
+        closeCappedLocked(closed[1], windowId);
       }
     }
   }
@@ -189,6 +204,19 @@ void Stat<T>::addCapped(T v) {
   if (first) {
     std::rethrow_exception(first);
   }
+}
+
+template <typename T>
+void Stat<T>::closeCappedLocked(ClosedWindow& out, int64_t nextWindowId) {
+  CappedWindow& w = *state_.capped;
+  // With no window current there is nothing to close; closing the empty
+  // window that a full one leaves (torch.monitor's rule) does reset get().
+  if (w.windowId != 0) {
+    out = closeLocked(w.current);
+  }
+  w.current = detail::Accumulator<T>();
+  w.lastClosedWindowId = w.windowId;
+  w.windowId = nextWindowId;
 }
 
 template <typename T>
@@ -299,6 +327,31 @@ std::optional<Event> Stat<T>::closeOpenWindow() {
       state_.capped->current = detail::Accumulator<T>();
     } else {
       closed = closeLocked(harvest(/*reset=*/true));
+    }
+  }
+  return eventOf(closed);
+}
+
+template <typename T>
+std::optional<Event> Stat<T>::closeEndedWindow(int64_t& openEndMs) {
+  ClosedWindow closed;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    // This stat's own clock, as add() reads it: a later add() never sees a
+    // time before the window the timer closed.
+    const int64_t now = monotonicMs(clock_);
+    if (capped_) {
+      CappedWindow& w = *state_.capped;
+      if (w.current.count > 0 && windowIdAt(now) != w.windowId) {
+        closeCappedLocked(closed, /*nextWindowId=*/0);
+      }
+      openEndMs = w.current.count > 0 ? w.windowId * windowMs_ : 0;
+    } else {
+      const int64_t end = windowEndMs_.load(std::memory_order_relaxed);
+      if (end != 0 && now >= end) {
+        closed = rollOverLocked(/*nextEndMs=*/0);
+      }
+      openEndMs = windowEndMs_.load(std::memory_order_relaxed);
     }
   }
   return eventOf(closed);

@@ -23,6 +23,16 @@
 
 namespace torch_monitor {
 
+// When a Stat's finished window is closed and logged.
+enum class WindowClose : uint8_t {
+  // torch.monitor's rule: by the next add() (or destruction, or exit).
+  LAZY,
+  // Also by the window timer, a background thread shared by all such Stats,
+  // shortly after the window ends if it holds samples; handlers then run on
+  // that thread. Bound, exit and fork: see detail/window_timer.h.
+  ON_TIME,
+};
+
 // Windowed summary statistics of a stream of samples, with the semantics of
 // torch::monitor::Stat: windows are aligned to multiples of `windowSize` on
 // the monotonic clock; a finished window is closed by the next add() (or by
@@ -39,6 +49,9 @@ namespace torch_monitor {
 // closeAllStats() can log open windows at exit and fork() leaves every Stat
 // usable in the child. The child starts with an empty open window: the
 // samples it inherited belong to the parent's window, which the parent logs.
+//
+// With WindowClose::ON_TIME a window is also closed shortly after it ends,
+// on the window timer's thread; add() costs the same.
 //
 // Thread safety: no concurrent call to any API of this type causes a data
 // race, and no sample is lost or counted twice across a window close.
@@ -59,17 +72,20 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
       std::string name,
       std::initializer_list<Aggregation> aggregations,
       std::chrono::milliseconds windowSize,
-      int64_t maxSamples = kUnlimitedSamples)
+      int64_t maxSamples = kUnlimitedSamples,
+      WindowClose windowClose = WindowClose::LAZY)
       : Stat(
             std::move(name),
             std::vector<Aggregation>(aggregations),
             windowSize,
-            maxSamples) {}
+            maxSamples,
+            windowClose) {}
   Stat(
       std::string name,
       std::vector<Aggregation> aggregations,
       std::chrono::milliseconds windowSize,
-      int64_t maxSamples = kUnlimitedSamples);
+      int64_t maxSamples = kUnlimitedSamples,
+      WindowClose windowClose = WindowClose::LAZY);
 
   Stat(const Stat&) = delete;
   Stat& operator=(const Stat&) = delete;
@@ -110,6 +126,9 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   int64_t maxSamples() const noexcept {
     return capped_ ? state_.capped->maxSamples : kUnlimitedSamples;
   }
+  WindowClose windowClose() const noexcept {
+    return windowClose_;
+  }
   // As given to the constructor (duplicates kept).
   std::vector<Aggregation> aggregations() const {
     return aggregationList_.unpack();
@@ -131,7 +150,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     explicit CappedWindow(int64_t max) : maxSamples(max) {}
     const int64_t maxSamples;
     detail::Accumulator<T> current;
-    int64_t windowId = 0;
+    int64_t windowId = 0; // 0: none (before the first add, after the timer)
     int64_t lastClosedWindowId = 0;
   };
   static constexpr int16_t kNoSlot = -1;
@@ -157,6 +176,12 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     shard->leave();
   }
   void addAfterRollOver(T v, int64_t now);
+  // Closes the open window (if it holds samples) and opens the one ending at
+  // nextEndMs; 0 opens none, until the next add (callers hold mutex_).
+  ClosedWindow rollOverLocked(int64_t nextEndMs);
+  // Capped mode: closes the current window and makes nextWindowId current;
+  // 0 makes none current, until the next add (callers hold mutex_).
+  void closeCappedLocked(ClosedWindow& out, int64_t nextWindowId);
   // The first add of a thread, or any add from the overflow slot.
   void addToNewOrSharedShard(int slot, T v, int64_t now);
   // The shard table, created on first use (callers hold mutex_).
@@ -175,6 +200,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
 
   // detail::LiveStat, for closeAllStats() and fork().
   std::optional<Event> closeOpenWindow() override;
+  std::optional<Event> closeEndedWindow(int64_t& openEndMs) override;
   void lockBeforeFork() override {
     mutex_.lock();
   }
@@ -196,13 +222,16 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // 56 bytes of rarely written fields on each side (heap blocks are 16-byte
   // aligned).
 
-  // End (exclusive, monotonic ms) of the open window; 0 before the first add.
+  // End (exclusive, monotonic ms) of the open window; 0 before the first add
+  // and after the window timer closed a window.
   std::atomic<int64_t> windowEndMs_{0};
   // The slot of the thread that owns firstShard_, kNoSlot before the first
   // add. The overflow slot never owns it.
   std::atomic<int16_t> firstSlot_{kNoSlot};
   const bool capped_;
   const ClockSource clock_;
+  // In the bytes AggregationSet left free: costs no memory.
+  const WindowClose windowClose_;
   const AggregationSet aggregations_;
   // The mode (capped_) never changes, so its state shares one pointer.
   union ModeState {
