@@ -65,6 +65,9 @@ def _pybind_args(text: str) -> str:
         if i == 0 and name.strip() == "self":
             args.append("self")
             continue
+        if part.strip() in ("*", "/"):  # keyword-only / positional-only marker
+            args.append(part.strip())
+            continue
         if not rest:  # no type given: "name" or "name=default"
             name, equals, _default = part.partition("=")
             args.append(f"{name.strip()}: Any" + (" = ..." if equals else ""))

@@ -71,7 +71,10 @@ def _at_exit():
     # sinks alike (sinks flush later, at process exit). Then the Python
     # handlers go, before the interpreter does: a Stat destroyed later (a C++
     # static, a TorchScript module freed at exit) must not call into a
-    # finalised interpreter.
+    # finalised interpreter. Before all that, the window timer's thread
+    # stops (after the handlers it runs return), so no handler runs on it
+    # while the interpreter finalises; its open windows are closed here too.
+    _C._stop_window_timer()
     _C._close_all_stats()
     _C._unregister_python_handlers()
 

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/api/object.h>
 
+#include <torch_monitor/detail/window_timer.h>
 #include <torch_monitor/script/script_stat.h>
 
 namespace torch_monitor::python {
@@ -141,9 +142,35 @@ std::unique_ptr<PyStat<T>> makePyStat(
     std::string name,
     std::vector<Aggregation> aggregations,
     std::chrono::milliseconds window,
-    int64_t maxSamples) {
+    int64_t maxSamples,
+    WindowClose windowClose) {
   return std::make_unique<PyStat<T>>(c10::make_intrusive<ScriptStat<T>>(
-      std::move(name), std::move(aggregations), window, maxSamples));
+      std::move(name),
+      std::move(aggregations),
+      window,
+      maxSamples,
+      windowClose));
+}
+
+// close_on_time: a bool, as torch.monitor takes flags (not a truthy object).
+WindowClose windowCloseFromPython(py::handle closeOnTime) {
+  if (!PyBool_Check(closeOnTime.ptr())) {
+    throw py::type_error(
+        "close_on_time must be a bool, got " +
+        std::string(Py_TYPE(closeOnTime.ptr())->tp_name));
+  }
+  return closeOnTime.ptr() == Py_True ? WindowClose::ON_TIME
+                                      : WindowClose::LAZY;
+}
+
+// A pickled state of either version (1: before close_on_time).
+template <typename T>
+typename ScriptStat<T>::State stateFromPython(const py::tuple& state) {
+  if (state.size() == 5) {
+    return ScriptStat<T>::upgrade(
+        state.cast<typename ScriptStat<T>::StateV1>());
+  }
+  return state.cast<typename ScriptStat<T>::State>();
 }
 
 template <typename T>
@@ -199,17 +226,21 @@ void defineStat(py::module_& m, const char* doc) {
               py::init([](py::handle name,
                           py::handle aggregations,
                           py::handle windowSize,
-                          py::handle maxSamples) {
+                          py::handle maxSamples,
+                          py::handle closeOnTime) {
                 return makePyStat<T>(
                     textFromPython(name, "Stat name"),
                     aggregationsFromPython(aggregations),
                     windowFromPython(windowSize),
-                    countFromPython(maxSamples, "max_samples"));
+                    countFromPython(maxSamples, "max_samples"),
+                    windowCloseFromPython(closeOnTime));
               }),
               py::arg("name"),
               py::arg("aggregations"),
               py::arg("window_size"),
-              py::arg("max_samples") = py::int_(Stat<T>::kUnlimitedSamples))
+              py::arg("max_samples") = py::int_(Stat<T>::kUnlimitedSamples),
+              py::kw_only(),
+              py::arg("close_on_time") = py::bool_(false))
           .def(
               "get",
               [](const Self& self) { return self.stat->get(); },
@@ -228,6 +259,13 @@ void defineStat(py::module_& m, const char* doc) {
           .def_property_readonly(
               "max_samples",
               [](const Self& self) { return self.stat->maxSamples(); })
+          .def_property_readonly(
+              "close_on_time",
+              [](const Self& self) {
+                return self.stat->windowClose() == WindowClose::ON_TIME;
+              },
+              "Whether the window timer closes ended windows (their "
+              "handlers then run on its thread)")
           .def_property_readonly(
               "aggregations",
               [](const Self& self) { return self.stat->aggregations(); })
@@ -290,8 +328,8 @@ void defineStat(py::module_& m, const char* doc) {
   markFace(cls, kClassName<T>);
   m.def(
       kRestoreName<T>,
-      [](typename ScriptStat<T>::State state) {
-        return pyStatFromState<T>(state);
+      [](const py::tuple& state) {
+        return pyStatFromState<T>(stateFromPython<T>(state));
       },
       py::arg("state"),
       "Rebuilds a pickled stat (used by pickle)");
@@ -302,12 +340,14 @@ void defineStat(py::module_& m, const char* doc) {
 void initStats(py::module_& m) {
   defineStat<double>(
       m,
-      "Stat(name, aggregations, window_size, max_samples=2**63-1): windowed "
-      "aggregations of float samples, compatible with torch.monitor.Stat");
+      "Stat(name, aggregations, window_size, max_samples=2**63-1, *, "
+      "close_on_time=False): windowed aggregations of float samples, "
+      "compatible with torch.monitor.Stat");
   defineStat<int64_t>(
       m,
-      "IntStat(name, aggregations, window_size, max_samples=2**63-1): like "
-      "Stat, for int samples; every aggregate is an int");
+      "IntStat(name, aggregations, window_size, max_samples=2**63-1, *, "
+      "close_on_time=False): like Stat, for int samples; every aggregate is "
+      "an int");
   m.def(
       "_close_all_stats",
       &closeAllStats,
@@ -316,6 +356,13 @@ void initStats(py::module_& m) {
       py::call_guard<py::gil_scoped_release>(),
       "Logs the open window of every live Stat (called at interpreter exit, "
       "before Python handlers are removed)");
+  m.def(
+      "_stop_window_timer",
+      &stopWindowTimer,
+      // The timer's thread may be waiting for the GIL to run a handler.
+      py::call_guard<py::gil_scoped_release>(),
+      "Stops the thread that closes close_on_time windows, after the "
+      "handlers it runs return (called at interpreter exit)");
 }
 
 } // namespace torch_monitor::python

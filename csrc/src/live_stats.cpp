@@ -130,6 +130,12 @@ void LiveStat::track() {
   r.first = this;
 }
 
+bool LiveStat::isTracked() const {
+  LiveStatRegistry& r = LiveStatRegistry::get();
+  std::lock_guard<std::mutex> guard(r.mutex);
+  return prev_ != nullptr || r.first == this;
+}
+
 void LiveStat::untrack() {
   LiveStatRegistry& r = LiveStatRegistry::get();
   std::lock_guard<std::mutex> guard(r.mutex);

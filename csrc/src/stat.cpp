@@ -7,6 +7,7 @@
 
 #include <torch_monitor/detail/tensor_window.h>
 #include <torch_monitor/detail/text.h>
+#include <torch_monitor/detail/window_timer.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/step.h>
 
@@ -17,14 +18,16 @@ Stat<T>::Stat(
     std::string name,
     std::vector<Aggregation> aggregations,
     std::chrono::milliseconds windowSize,
-    int64_t maxSamples)
+    int64_t maxSamples,
+    WindowClose windowClose)
     : Stat(
           std::move(name),
           std::move(aggregations),
           coarseClockIsPreciseEnough(windowSize.count()) ? ClockSource::COARSE
                                                           : ClockSource::PRECISE,
           windowSize.count(),
-          maxSamples) {}
+          maxSamples,
+          windowClose) {}
 
 template <typename T>
 Stat<T>::Stat(
@@ -37,7 +40,8 @@ Stat<T>::Stat(
           std::move(aggregations),
           ClockSource::STEP,
           windowSteps.steps,
-          maxSamples) {}
+          maxSamples,
+          WindowClose::LAZY) {}
 
 template <typename T>
 Stat<T>::Stat(
@@ -45,9 +49,11 @@ Stat<T>::Stat(
     std::vector<Aggregation> aggregations,
     ClockSource clock,
     int64_t length,
-    int64_t maxSamples)
+    int64_t maxSamples,
+    WindowClose windowClose)
     : capped_(maxSamples != kUnlimitedSamples),
       clock_(clock),
+      windowClose_(windowClose),
       aggregations_(aggregations),
       windowMs_(length),
       name_(std::move(name)),
@@ -94,11 +100,17 @@ Stat<T>::Stat(
   }
   detail::ensureAsymmetricBarrier();
   track(); // last: the registry may call in from now on
+  if (windowClose_ == WindowClose::ON_TIME) {
+    detail::joinWindowTimer(this); // after track(): see window_timer.cpp
+  }
 }
 
 template <typename T>
 Stat<T>::~Stat() {
   untrack(); // first: closeAllStats() and fork() no longer see this Stat
+  if (windowClose_ == WindowClose::ON_TIME) {
+    detail::leaveWindowTimer(this); // nor the window timer
+  }
   try {
     if (auto event = closeOpenWindow()) {
       detail::dispatchEvent(*event);
@@ -131,20 +143,31 @@ void Stat<T>::addAfterRollOver(T v, int64_t now) {
   ClosedWindow closed;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    closed = rollOverLocked(now);
+    closed = closeIfEndedLocked(now);
   }
   addSharded(v, now);
   emit(closed);
 }
 
 template <typename T>
-typename Stat<T>::ClosedWindow Stat<T>::rollOverLocked(int64_t now) {
+typename Stat<T>::ClosedWindow Stat<T>::closeIfEndedLocked(int64_t now) {
   // Another thread may have closed the window since we read the clock.
   if (now < windowEndMs_.load(std::memory_order_relaxed)) {
     return ClosedWindow();
   }
-  ClosedWindow closed = closeLocked(takeOpenWindowLocked());
-  windowEndMs_.store(windowIdAt(now) * windowMs_, std::memory_order_release);
+  return rollOverLocked(windowIdAt(now) * windowMs_);
+}
+
+template <typename T>
+typename Stat<T>::ClosedWindow Stat<T>::rollOverLocked(int64_t nextEndMs) {
+  ClosedWindow closed;
+  // A window without samples (none open, or its opening add not yet in)
+  // leaves the last closed window, which get() reports, as it is.
+  const detail::Accumulator<T> window = takeOpenWindowLocked();
+  if (window.count > 0) {
+    closed = closeLocked(window);
+  }
+  windowEndMs_.store(nextEndMs, std::memory_order_release);
   return closed;
 }
 
@@ -190,20 +213,14 @@ void Stat<T>::addCapped(T v) {
     CappedWindow& w = *state_.capped;
     const int64_t now = readClock(clock_);
     const int64_t windowId = windowIdAt(now);
-    const auto closeCurrent = [&](ClosedWindow& out) {
-      out = closeLocked(w.current);
-      w.current = detail::Accumulator<T>();
-      w.lastClosedWindowId = w.windowId;
-      w.windowId = windowId;
-    };
     if ((windowId != w.windowId || w.current.count >= w.maxSamples) &&
         w.lastClosedWindowId != windowId) {
-      closeCurrent(closed[0]);
+      closeCappedLocked(closed[0], windowId);
     }
     if (w.lastClosedWindowId != windowId) {
       w.current.add(v, now);
       if (w.current.count >= w.maxSamples) {
-        closeCurrent(closed[1]);
+        closeCappedLocked(closed[1], windowId);
       }
     }
   }
@@ -221,6 +238,19 @@ void Stat<T>::addCapped(T v) {
   if (first) {
     std::rethrow_exception(first);
   }
+}
+
+template <typename T>
+void Stat<T>::closeCappedLocked(ClosedWindow& out, int64_t nextWindowId) {
+  CappedWindow& w = *state_.capped;
+  // With no window current there is nothing to close; closing the empty
+  // window that a full one leaves (torch.monitor's rule) does reset get().
+  if (w.windowId != 0) {
+    out = closeLocked(w.current);
+  }
+  w.current = detail::Accumulator<T>();
+  w.lastClosedWindowId = w.windowId;
+  w.windowId = nextWindowId;
 }
 
 template <typename T>
@@ -390,6 +420,31 @@ std::optional<Event> Stat<T>::closeOpenWindow() {
       state_.capped->current = detail::Accumulator<T>();
     } else {
       closed = closeLocked(takeOpenWindowLocked());
+    }
+  }
+  return eventOf(closed);
+}
+
+template <typename T>
+std::optional<Event> Stat<T>::closeEndedWindow(int64_t& openEndMs) {
+  ClosedWindow closed;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    // This stat's own clock, as add() reads it: a later add() never sees a
+    // time before the window the timer closed.
+    const int64_t now = readClock(clock_);
+    if (capped_) {
+      CappedWindow& w = *state_.capped;
+      if (w.current.count > 0 && windowIdAt(now) != w.windowId) {
+        closeCappedLocked(closed, /*nextWindowId=*/0);
+      }
+      openEndMs = w.current.count > 0 ? w.windowId * windowMs_ : 0;
+    } else {
+      const int64_t end = windowEndMs_.load(std::memory_order_relaxed);
+      if (end != 0 && now >= end) {
+        closed = rollOverLocked(/*nextEndMs=*/0);
+      }
+      openEndMs = windowEndMs_.load(std::memory_order_relaxed);
     }
   }
   return eventOf(closed);

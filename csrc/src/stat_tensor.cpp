@@ -69,7 +69,7 @@ void Stat<T>::addOnDevice(const at::Tensor& values) {
   ClosedWindow closed;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    closed = rollOverLocked(now);
+    closed = closeIfEndedLocked(now);
     ShardTable& table = tableLocked();
     if (table.tensors == nullptr) {
       table.tensors = new detail::TensorWindow<T>();

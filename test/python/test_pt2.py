@@ -257,6 +257,7 @@ def test_flatten_holds_configuration_only():
         "aggregations": ["mean", "max"],
         "window_size_ms": 7000,
         "max_samples": 2**63 - 1,
+        "close_on_time": False,
     }
     _module, monitor = monitored()
     assert dict(monitor.core.__obj_flatten__())["name"] == "state"

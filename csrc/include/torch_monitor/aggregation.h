@@ -54,7 +54,9 @@ class AggregationSet {
   std::vector<Aggregation> members() const;
 
  private:
-  uint32_t bits_ = 0;
+  // One byte: a Stat keeps its flags beside it within its memory budget.
+  uint8_t bits_ = 0;
+  static_assert(kNumAggregations <= 8, "one bit per aggregation");
 };
 
 } // namespace torch_monitor

@@ -37,6 +37,16 @@ struct WindowSteps {
   int64_t steps;
 };
 
+// When a Stat's finished window is closed and logged.
+enum class WindowClose : uint8_t {
+  // torch.monitor's rule: by the next add() (or destruction, or exit).
+  LAZY,
+  // Also by the window timer, a background thread shared by all such Stats,
+  // shortly after the window ends if it holds samples; handlers then run on
+  // that thread. Bound, exit and fork: see detail/window_timer.h.
+  ON_TIME,
+};
+
 // Windowed summary statistics of a stream of samples, with the semantics of
 // torch::monitor::Stat: windows are aligned to multiples of `windowSize` on
 // the monotonic clock (or, built with WindowSteps, to multiples of that
@@ -61,6 +71,9 @@ struct WindowSteps {
 // place; a tensor on another device stays there (detail/tensor_window.h)
 // until its window closes, so adding it never waits for the device.
 //
+// With WindowClose::ON_TIME a window is also closed shortly after it ends,
+// on the window timer's thread; add() costs the same.
+//
 // Thread safety: no concurrent call to any API of this type causes a data
 // race, and no sample is lost or counted twice across a window close.
 template <typename T>
@@ -80,19 +93,23 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
       std::string name,
       std::initializer_list<Aggregation> aggregations,
       std::chrono::milliseconds windowSize,
-      int64_t maxSamples = kUnlimitedSamples)
+      int64_t maxSamples = kUnlimitedSamples,
+      WindowClose windowClose = WindowClose::LAZY)
       : Stat(
             std::move(name),
             std::vector<Aggregation>(aggregations),
             windowSize,
-            maxSamples) {}
+            maxSamples,
+            windowClose) {}
   Stat(
       std::string name,
       std::vector<Aggregation> aggregations,
       std::chrono::milliseconds windowSize,
-      int64_t maxSamples = kUnlimitedSamples);
+      int64_t maxSamples = kUnlimitedSamples,
+      WindowClose windowClose = WindowClose::LAZY);
   // Windows of `windowSteps.steps` training steps (at least 1, else
   // c10::ValueError). Until setStep() is first called the step reads 0.
+  // Closed lazily only: the window timer follows time, not steps.
   Stat(
       std::string name,
       std::initializer_list<Aggregation> aggregations,
@@ -164,6 +181,9 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   int64_t maxSamples() const noexcept {
     return capped_ ? state_.capped->maxSamples : kUnlimitedSamples;
   }
+  WindowClose windowClose() const noexcept {
+    return windowClose_;
+  }
   // As given to the constructor (duplicates kept).
   std::vector<Aggregation> aggregations() const {
     return aggregationList_.unpack();
@@ -188,7 +208,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     explicit CappedWindow(int64_t max) : maxSamples(max) {}
     const int64_t maxSamples;
     detail::Accumulator<T> current;
-    int64_t windowId = 0;
+    int64_t windowId = 0; // 0: none (before the first add, after the timer)
     int64_t lastClosedWindowId = 0;
   };
   static constexpr int16_t kNoSlot = -1;
@@ -199,7 +219,8 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
       std::vector<Aggregation> aggregations,
       ClockSource clock,
       int64_t length,
-      int64_t maxSamples);
+      int64_t maxSamples,
+      WindowClose windowClose);
 
   void addSharded(T v, int64_t now) {
     const int slot = detail::threadSlot();
@@ -225,7 +246,13 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // Closes the open window if it ended before `now` and opens the one
   // holding `now`; returns the closed window for emission outside the lock
   // (callers hold mutex_).
-  ClosedWindow rollOverLocked(int64_t now);
+  ClosedWindow closeIfEndedLocked(int64_t now);
+  // Closes the open window (if it holds samples) and opens the one ending at
+  // nextEndMs; 0 opens none, until the next add (callers hold mutex_).
+  ClosedWindow rollOverLocked(int64_t nextEndMs);
+  // Capped mode: closes the current window and makes nextWindowId current;
+  // 0 makes none current, until the next add (callers hold mutex_).
+  void closeCappedLocked(ClosedWindow& out, int64_t nextWindowId);
   // The first add of a thread, or any add from the overflow slot.
   void addToNewOrSharedShard(int slot, T v, int64_t now);
   // The shard table, created on first use (callers hold mutex_).
@@ -260,6 +287,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
 
   // detail::LiveStat, for closeAllStats() and fork().
   std::optional<Event> closeOpenWindow() override;
+  std::optional<Event> closeEndedWindow(int64_t& openEndMs) override;
   void lockBeforeFork() override {
     mutex_.lock();
   }
@@ -282,13 +310,16 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // aligned).
 
   // End (exclusive, in clock_'s units: monotonic ms or steps) of the open
-  // window; 0 before the first add.
+  // window; 0 before the first add and after the window timer closed a
+  // window.
   std::atomic<int64_t> windowEndMs_{0};
   // The slot of the thread that owns firstShard_, kNoSlot before the first
   // add. The overflow slot never owns it.
   std::atomic<int16_t> firstSlot_{kNoSlot};
   const bool capped_;
   const ClockSource clock_;
+  // In the bytes AggregationSet left free: costs no memory.
+  const WindowClose windowClose_;
   const AggregationSet aggregations_;
   // The mode (capped_) never changes, so its state shares one pointer.
   union ModeState {

@@ -55,24 +55,29 @@ void defineStatClass(torch::Library& m, const char* className) {
         {"name", stat.name()},
         {"aggregations", std::move(aggregations)},
         {"window_size_ms", stat.windowSize().count()},
-        {"max_samples", stat.maxSamples()}};
+        {"max_samples", stat.maxSamples()},
+        {"close_on_time", stat.windowClose() == WindowClose::ON_TIME}};
   });
   cls.def(
           torch::init([](std::string name,
                          c10::IValue aggregations,
                          c10::IValue windowSize,
-                         int64_t maxSamples) {
+                         int64_t maxSamples,
+                         bool closeOnTime) {
             return c10::make_intrusive<Holder>(
                 std::move(name),
                 aggregationsFromIValue(aggregations),
                 windowFromIValue(windowSize),
-                maxSamples);
+                maxSamples,
+                closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
           }),
-          "Stat(name, aggregations, window_size_seconds, max_samples)",
+          "Stat(name, aggregations, window_size_seconds, max_samples, "
+          "close_on_time)",
           {torch::arg("name"),
            torch::arg("aggregations"),
            torch::arg("window_size"),
-           torch::arg("max_samples") = Stat<T>::kUnlimitedSamples})
+           torch::arg("max_samples") = Stat<T>::kUnlimitedSamples,
+           torch::arg("close_on_time") = false})
       .def(
           "add",
           [](const c10::intrusive_ptr<Holder>& self, c10::IValue value) {
@@ -113,6 +118,11 @@ void defineStatClass(torch::Library& m, const char* className) {
             return self->stat().maxSamples();
           })
       .def(
+          "close_on_time",
+          [](const c10::intrusive_ptr<Holder>& self) {
+            return self->stat().windowClose() == WindowClose::ON_TIME;
+          })
+      .def(
           "aggregations",
           [](const c10::intrusive_ptr<Holder>& self) {
             std::vector<std::string> names;
@@ -123,9 +133,7 @@ void defineStatClass(torch::Library& m, const char* className) {
           })
       .def_pickle(
           [](const c10::intrusive_ptr<Holder>& self) { return self->state(); },
-          [](typename Holder::State state) {
-            return Holder::fromState(std::move(state));
-          });
+          [](c10::IValue state) { return Holder::fromState(state); });
 }
 
 } // namespace
@@ -141,19 +149,80 @@ typename ScriptStat<T>::State ScriptStat<T>::state() const {
       stat_.name(),
       std::move(aggregations),
       stat_.windowSize().count(),
-      stat_.maxSamples());
+      stat_.maxSamples(),
+      stat_.windowClose() == WindowClose::ON_TIME);
+}
+
+template <typename T>
+typename ScriptStat<T>::State ScriptStat<T>::upgrade(const StateV1& old) {
+  const auto& [version, name, aggregations, windowMs, maxSamples] = old;
+  TORCH_CHECK(
+      version == 1,
+      "cannot load a torch_monitor Stat saved with state version ",
+      version,
+      " and 5 fields; version 1 has 5 fields, version ",
+      kStateVersion,
+      " has 6. The file is corrupted or from another torch_monitor.");
+  return State(
+      kStateVersion, name, aggregations, windowMs, maxSamples, false);
+}
+
+template <typename T>
+c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(
+    const c10::IValue& state) {
+  const bool tuple = state.isTuple();
+  const size_t size = tuple ? state.toTupleRef().elements().size() : 0;
+  TORCH_CHECK(
+      (size == 5 || size == 6) && state.toTupleRef().elements()[0].isInt(),
+      "cannot load a torch_monitor Stat: its saved state is not a versioned "
+      "tuple of 5 or 6 fields (a corrupted or foreign file?)");
+  const auto& f = state.toTupleRef().elements();
+  const auto ints = [&](const c10::IValue& list) {
+    std::vector<int64_t> out;
+    for (const c10::IValue& item : list.toListRef()) {
+      TORCH_CHECK(
+          item.isInt(),
+          "cannot load a torch_monitor Stat: its saved aggregations are not "
+          "ints (a corrupted or foreign file?)");
+      out.push_back(item.toInt());
+    }
+    return out;
+  };
+  TORCH_CHECK(
+      f[1].isString() && f[2].isList() && f[3].isInt() && f[4].isInt() &&
+          (size == 5 || f[5].isBool()),
+      "cannot load a torch_monitor Stat saved with state version ",
+      f[0].toInt(),
+      ": its fields have unexpected types (a corrupted or foreign file?)");
+  if (size == 5) {
+    return fromState(upgrade(StateV1(
+        f[0].toInt(),
+        f[1].toStringRef(),
+        ints(f[2]),
+        f[3].toInt(),
+        f[4].toInt())));
+  }
+  return fromState(State(
+      f[0].toInt(),
+      f[1].toStringRef(),
+      ints(f[2]),
+      f[3].toInt(),
+      f[4].toInt(),
+      f[5].toBool()));
 }
 
 template <typename T>
 c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(State state) {
-  auto& [version, name, aggregationInts, windowMs, maxSamples] = state;
+  auto& [version, name, aggregationInts, windowMs, maxSamples, closeOnTime] =
+      state;
   TORCH_CHECK(
       version == kStateVersion,
       "cannot load a torch_monitor Stat saved with state version ",
       version,
       "; this build reads version ",
       kStateVersion,
-      ". Load the model with the torch_monitor release that saved it.");
+      " (and 1). Load the model with the torch_monitor release that saved "
+      "it.");
   std::vector<Aggregation> aggregations;
   for (int64_t a : aggregationInts) {
     aggregations.push_back(aggregationFromInt(a));
@@ -162,7 +231,8 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(State state) {
       std::move(name),
       std::move(aggregations),
       std::chrono::milliseconds(windowMs),
-      maxSamples);
+      maxSamples,
+      closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
 }
 
 template <typename T>

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 #include <torch_monitor/event.h>
@@ -27,11 +28,19 @@ class TORCH_MONITOR_API LiveStat {
   // Closes the open window now if it holds samples and returns its event; the
   // registry logs it after releasing its own lock.
   virtual std::optional<Event> closeOpenWindow() = 0;
+  // For the window timer (detail/window_timer.h): closes the open window if
+  // it has ended and holds samples, returning its event, and sets
+  // `openEndMs` to the end of the window then open (0: none open).
+  virtual std::optional<Event> closeEndedWindow(int64_t& openEndMs) = 0;
   // pthread_atfork hooks: take the Stat's lock before fork() and release it
   // after; the child also forgets the window it inherited (see Stat).
   virtual void lockBeforeFork() = 0;
   virtual void unlockAfterForkInParent() = 0;
   virtual void resetAfterForkInChild() = 0;
+
+  // Whether this Stat is in the registry: false once a forked child dropped
+  // it (it lives on the stack of a thread the child did not inherit).
+  bool isTracked() const;
 
  protected:
   LiveStat() = default;

@@ -25,15 +25,25 @@ class ScriptStat : public torch::CustomClassHolder {
       std::string, // name
       std::vector<int64_t>, // aggregations as ints, as given
       int64_t, // window in ms
-      int64_t>; // max samples
-  static constexpr int64_t kStateVersion = 1;
+      int64_t, // max samples
+      bool>; // close on time (since version 2)
+  // Version 1: the same without close on time (it was always off).
+  using StateV1 =
+      std::tuple<int64_t, std::string, std::vector<int64_t>, int64_t, int64_t>;
+  static constexpr int64_t kStateVersion = 2;
 
   ScriptStat(
       std::string name,
       std::vector<Aggregation> aggregations,
       std::chrono::milliseconds window,
-      int64_t maxSamples)
-      : stat_(std::move(name), std::move(aggregations), window, maxSamples) {}
+      int64_t maxSamples,
+      WindowClose windowClose = WindowClose::LAZY)
+      : stat_(
+            std::move(name),
+            std::move(aggregations),
+            window,
+            maxSamples,
+            windowClose) {}
 
   Stat<T>& stat() noexcept {
     return stat_;
@@ -46,6 +56,10 @@ class ScriptStat : public torch::CustomClassHolder {
 
   State state() const;
   static c10::intrusive_ptr<ScriptStat> fromState(State state);
+  // A state of any version this build reads (TorchScript's pickler hands
+  // over whatever tuple was saved). Throws for anything else.
+  static c10::intrusive_ptr<ScriptStat> fromState(const c10::IValue& state);
+  static State upgrade(const StateV1& old);
 
  private:
   Stat<T> stat_;
