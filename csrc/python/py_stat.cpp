@@ -137,20 +137,6 @@ py::object timedeltaFromMs(int64_t ms) {
       static_cast<int>((ms % 1000) * 1000)));
 }
 
-template <typename T>
-std::unique_ptr<PyStat<T>> makePyStat(
-    std::string name,
-    std::vector<Aggregation> aggregations,
-    std::chrono::milliseconds window,
-    int64_t maxSamples,
-    WindowClose windowClose) {
-  return std::make_unique<PyStat<T>>(c10::make_intrusive<ScriptStat<T>>(
-      std::move(name),
-      std::move(aggregations),
-      window,
-      maxSamples,
-      windowClose));
-}
 
 // close_on_time: a bool, as torch.monitor takes flags (not a truthy object).
 WindowClose windowCloseFromPython(py::handle closeOnTime) {
@@ -163,7 +149,7 @@ WindowClose windowCloseFromPython(py::handle closeOnTime) {
                                       : WindowClose::LAZY;
 }
 
-// A pickled state of either version (1: before close_on_time).
+// A pickled state of either version (1: before close_on_time and steps).
 template <typename T>
 typename ScriptStat<T>::State stateFromPython(const py::tuple& state) {
   if (state.size() == 5) {
@@ -227,20 +213,28 @@ void defineStat(py::module_& m, const char* doc) {
                           py::handle aggregations,
                           py::handle windowSize,
                           py::handle maxSamples,
-                          py::handle closeOnTime) {
-                return makePyStat<T>(
+                          py::handle closeOnTime,
+                          py::handle windowSteps) {
+                return std::make_unique<PyStat<T>>(ScriptStat<T>::make(
                     textFromPython(name, "Stat name"),
                     aggregationsFromPython(aggregations),
-                    windowFromPython(windowSize),
+                    windowSize.is_none()
+                        ? std::nullopt
+                        : std::optional(windowFromPython(windowSize)),
+                    windowSteps.is_none()
+                        ? std::nullopt
+                        : std::optional(
+                              countFromPython(windowSteps, "window_steps")),
                     countFromPython(maxSamples, "max_samples"),
-                    windowCloseFromPython(closeOnTime));
+                    windowCloseFromPython(closeOnTime)));
               }),
               py::arg("name"),
               py::arg("aggregations"),
-              py::arg("window_size"),
+              py::arg("window_size") = py::none(),
               py::arg("max_samples") = py::int_(Stat<T>::kUnlimitedSamples),
               py::kw_only(),
-              py::arg("close_on_time") = py::bool_(false))
+              py::arg("close_on_time") = py::bool_(false),
+              py::arg("window_steps") = py::none())
           .def(
               "get",
               [](const Self& self) { return self.stat->get(); },
@@ -253,9 +247,21 @@ void defineStat(py::module_& m, const char* doc) {
               "name", [](const Self& self) { return self.stat->name(); })
           .def_property_readonly(
               "window_size",
-              [](const Self& self) {
+              [](const Self& self) -> py::object {
+                if (self.stat->windowSteps() != 0) {
+                  return py::none();
+                }
                 return timedeltaFromMs(self.stat->windowSize().count());
-              })
+              },
+              "The window as a timedelta (None for a window of steps)")
+          .def_property_readonly(
+              "window_steps",
+              [](const Self& self) -> py::object {
+                const int64_t steps = self.stat->windowSteps();
+                return steps == 0 ? py::object(py::none())
+                                  : py::object(py::int_(steps));
+              },
+              "The window in training steps (None for a time window)")
           .def_property_readonly(
               "max_samples",
               [](const Self& self) { return self.stat->maxSamples(); })
@@ -297,8 +303,12 @@ void defineStat(py::module_& m, const char* doc) {
           .def("__repr__", [](const Self& self) {
             return std::string(kClassName<T>) + "(name=" +
                 py::repr(py::str(self.stat->name())).template cast<std::string>() +
-                ", window_size_ms=" +
-                std::to_string(self.stat->windowSize().count()) + ")";
+                (self.stat->windowSteps() != 0
+                     ? ", window_steps=" +
+                         std::to_string(self.stat->windowSteps())
+                     : ", window_size_ms=" +
+                         std::to_string(self.stat->windowSize().count())) +
+                ")";
           });
 
   static PyMethodDef addDef = {

@@ -55,6 +55,7 @@ void defineStatClass(torch::Library& m, const char* className) {
         {"name", stat.name()},
         {"aggregations", std::move(aggregations)},
         {"window_size_ms", stat.windowSize().count()},
+        {"window_steps", stat.windowSteps()},
         {"max_samples", stat.maxSamples()},
         {"close_on_time", stat.windowClose() == WindowClose::ON_TIME}};
   });
@@ -63,21 +64,27 @@ void defineStatClass(torch::Library& m, const char* className) {
                          c10::IValue aggregations,
                          c10::IValue windowSize,
                          int64_t maxSamples,
-                         bool closeOnTime) {
-            return c10::make_intrusive<Holder>(
+                         bool closeOnTime,
+                         std::optional<int64_t> windowSteps) {
+            return Holder::make(
                 std::move(name),
                 aggregationsFromIValue(aggregations),
-                windowFromIValue(windowSize),
+                windowSize.isNone()
+                    ? std::nullopt
+                    : std::optional(windowFromIValue(windowSize)),
+                windowSteps,
                 maxSamples,
                 closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
           }),
           "Stat(name, aggregations, window_size_seconds, max_samples, "
-          "close_on_time)",
+          "close_on_time, window_steps): window_size None with window_steps "
+          "for windows of training steps",
           {torch::arg("name"),
            torch::arg("aggregations"),
-           torch::arg("window_size"),
+           torch::arg("window_size") = c10::IValue(),
            torch::arg("max_samples") = Stat<T>::kUnlimitedSamples,
-           torch::arg("close_on_time") = false})
+           torch::arg("close_on_time") = false,
+           torch::arg("window_steps") = c10::IValue()})
       .def(
           "add",
           [](const c10::intrusive_ptr<Holder>& self, c10::IValue value) {
@@ -111,6 +118,11 @@ void defineStatClass(torch::Library& m, const char* className) {
           "window_size_ms",
           [](const c10::intrusive_ptr<Holder>& self) -> int64_t {
             return self->stat().windowSize().count();
+          })
+      .def(
+          "window_steps",
+          [](const c10::intrusive_ptr<Holder>& self) -> int64_t {
+            return self->stat().windowSteps();
           })
       .def(
           "max_samples",
@@ -150,7 +162,40 @@ typename ScriptStat<T>::State ScriptStat<T>::state() const {
       std::move(aggregations),
       stat_.windowSize().count(),
       stat_.maxSamples(),
-      stat_.windowClose() == WindowClose::ON_TIME);
+      stat_.windowClose() == WindowClose::ON_TIME,
+      stat_.windowSteps());
+}
+
+template <typename T>
+c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::make(
+    std::string name,
+    std::vector<Aggregation> aggregations,
+    std::optional<std::chrono::milliseconds> window,
+    std::optional<int64_t> windowSteps,
+    int64_t maxSamples,
+    WindowClose windowClose) {
+  TORCH_CHECK_VALUE(
+      window.has_value() != windowSteps.has_value(),
+      "Stat '",
+      name,
+      "': give exactly one of window_size (a time window) and window_steps "
+      "(a window of training steps), got ",
+      window ? "both" : "neither");
+  if (windowSteps) {
+    TORCH_CHECK_VALUE(
+        windowClose == WindowClose::LAZY,
+        "Stat '",
+        name,
+        "': close_on_time applies to time windows (window_size); a window "
+        "of training steps closes when set_step crosses its end");
+    return c10::make_intrusive<ScriptStat>(
+        std::move(name),
+        std::move(aggregations),
+        WindowSteps{*windowSteps},
+        maxSamples);
+  }
+  return c10::make_intrusive<ScriptStat>(
+      std::move(name), std::move(aggregations), *window, maxSamples, windowClose);
 }
 
 template <typename T>
@@ -162,9 +207,9 @@ typename ScriptStat<T>::State ScriptStat<T>::upgrade(const StateV1& old) {
       version,
       " and 5 fields; version 1 has 5 fields, version ",
       kStateVersion,
-      " has 6. The file is corrupted or from another torch_monitor.");
+      " has 7. The file is corrupted or from another torch_monitor.");
   return State(
-      kStateVersion, name, aggregations, windowMs, maxSamples, false);
+      kStateVersion, name, aggregations, windowMs, maxSamples, false, 0);
 }
 
 template <typename T>
@@ -173,9 +218,9 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(
   const bool tuple = state.isTuple();
   const size_t size = tuple ? state.toTupleRef().elements().size() : 0;
   TORCH_CHECK(
-      (size == 5 || size == 6) && state.toTupleRef().elements()[0].isInt(),
+      (size == 5 || size == 7) && state.toTupleRef().elements()[0].isInt(),
       "cannot load a torch_monitor Stat: its saved state is not a versioned "
-      "tuple of 5 or 6 fields (a corrupted or foreign file?)");
+      "tuple of 5 or 7 fields (a corrupted or foreign file?)");
   const auto& f = state.toTupleRef().elements();
   const auto ints = [&](const c10::IValue& list) {
     std::vector<int64_t> out;
@@ -190,7 +235,7 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(
   };
   TORCH_CHECK(
       f[1].isString() && f[2].isList() && f[3].isInt() && f[4].isInt() &&
-          (size == 5 || f[5].isBool()),
+          (size == 5 || (f[5].isBool() && f[6].isInt())),
       "cannot load a torch_monitor Stat saved with state version ",
       f[0].toInt(),
       ": its fields have unexpected types (a corrupted or foreign file?)");
@@ -208,12 +253,13 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(
       ints(f[2]),
       f[3].toInt(),
       f[4].toInt(),
-      f[5].toBool()));
+      f[5].toBool(),
+      f[6].toInt()));
 }
 
 template <typename T>
 c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(State state) {
-  auto& [version, name, aggregationInts, windowMs, maxSamples, closeOnTime] =
+  auto& [version, name, aggregationInts, windowMs, maxSamples, closeOnTime, steps] =
       state;
   TORCH_CHECK(
       version == kStateVersion,
@@ -227,10 +273,12 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(State state) {
   for (int64_t a : aggregationInts) {
     aggregations.push_back(aggregationFromInt(a));
   }
-  return c10::make_intrusive<ScriptStat<T>>(
+  return make(
       std::move(name),
       std::move(aggregations),
-      std::chrono::milliseconds(windowMs),
+      steps == 0 ? std::optional(std::chrono::milliseconds(windowMs))
+                 : std::nullopt,
+      steps == 0 ? std::nullopt : std::optional(steps),
       maxSamples,
       closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -26,7 +27,8 @@ class ScriptStat : public torch::CustomClassHolder {
       std::vector<int64_t>, // aggregations as ints, as given
       int64_t, // window in ms
       int64_t, // max samples
-      bool>; // close on time (since version 2)
+      bool, // close on time (since version 2)
+      int64_t>; // window in training steps, 0: a time window (since 2)
   // Version 1: the same without close on time (it was always off).
   using StateV1 =
       std::tuple<int64_t, std::string, std::vector<int64_t>, int64_t, int64_t>;
@@ -44,6 +46,27 @@ class ScriptStat : public torch::CustomClassHolder {
             window,
             maxSamples,
             windowClose) {}
+  ScriptStat(
+      std::string name,
+      std::vector<Aggregation> aggregations,
+      WindowSteps windowSteps,
+      int64_t maxSamples)
+      : stat_(
+            std::move(name),
+            std::move(aggregations),
+            windowSteps,
+            maxSamples) {}
+
+  // What the Python and TorchScript constructors build: exactly one of
+  // `window` and `windowSteps` must be given, and close on time needs a
+  // time window; c10::ValueError otherwise.
+  static c10::intrusive_ptr<ScriptStat> make(
+      std::string name,
+      std::vector<Aggregation> aggregations,
+      std::optional<std::chrono::milliseconds> window,
+      std::optional<int64_t> windowSteps,
+      int64_t maxSamples,
+      WindowClose windowClose);
 
   Stat<T>& stat() noexcept {
     return stat_;
