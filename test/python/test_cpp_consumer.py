@@ -404,10 +404,14 @@ def test_python_stat_state_starts_with_version(tmon):
     stat = tmon.Stat("v.loss", [tmon.MEAN, tmon.MAX], 60.0, 10)
     state = stat.__getstate__()
     assert isinstance(state, tuple)
-    assert state == (1, "v.loss", [2, 5], 60000, 10)
+    # version, name, aggregations, window ms, max samples, close on time,
+    # window steps (0: a time window)
+    assert state == (2, "v.loss", [2, 5], 60000, 10, False, 0)
     int_state = tmon.IntStat("v.steps", [tmon.SUM], 2.5).__getstate__()
-    assert int_state[0] == 1
-    assert int_state[1:] == ("v.steps", [4], 2500, 2**63 - 1)
+    assert int_state[0] == 2
+    assert int_state[1:] == ("v.steps", [4], 2500, 2**63 - 1, False, 0)
+    step_state = tmon.Stat("v.by_steps", [tmon.SUM], window_steps=50).__getstate__()
+    assert step_state == (2, "v.by_steps", [4], 0, 2**63 - 1, False, 50)
 
 
 def custom_class_states(pickle_bytes):
@@ -458,10 +462,11 @@ def test_saved_archive_state_starts_with_version(tmon, tmp_path):
     _, data = read_data_pkl(path)
     states = custom_class_states(data)
     assert set(states) == {"Stat", "IntStat", "Event"}
+    versions = {"Stat": 2, "IntStat": 2, "Event": 1}
     for cls, firsts in states.items():
         assert len(firsts) == 1, cls
         op, arg, _ = firsts[0]
-        assert op.name.startswith("BININT") and arg == 1, (cls, op.name, arg)
+        assert op.name.startswith("BININT") and arg == versions[cls], (cls, op.name, arg)
     loaded = torch.jit.load(str(path))
     assert loaded.event.name() == "h.event"
     assert loaded.steps.name() == "h.steps"
@@ -474,9 +479,19 @@ def test_unknown_state_version_fails_in_setstate(tmon):
         s.__setstate__((version, "restored", [4, 3], 5000, 7))
         return s.name() + "/" + str(s.window_size_ms()) + "/" + str(s.max_samples())
 
-    assert restore(1) == "restored/5000/7"
-    with pytest.raises(RuntimeError, match=r"state version 2; this build reads version 1"):
+    assert restore(1) == "restored/5000/7"  # version 1 had five fields
+    with pytest.raises(RuntimeError, match=r"state version 2 and 5 fields"):
         restore(2)
+
+    @torch.jit.script
+    def restore_v2(version: int) -> str:
+        s = torch.classes.torch_monitor.Stat("placeholder", ["sum"], 1.0)
+        s.__setstate__((version, "restored", [4, 3], 0, 7, False, 25))
+        return s.name() + "/" + str(s.window_steps()) + "/" + str(s.max_samples())
+
+    assert restore_v2(2) == "restored/25/7"
+    with pytest.raises(RuntimeError, match=r"state version 3; this build reads version 2"):
+        restore_v2(3)
 
     @torch.jit.script
     def restore_int(version: int) -> str:
@@ -493,7 +508,7 @@ def rewrite_archive(src, dst, version):
     """Copies a saved model, setting the Stat state's version to ``version``."""
     name, data = read_data_pkl(src)
     (op, arg, pos), = custom_class_states(data)["Stat"]
-    assert op.name == "BININT1" and arg == 1
+    assert op.name == "BININT1" and arg == 2
     patched = data[: pos + 1] + bytes([version]) + data[pos + 2 :]
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
         for info in zin.infolist():
@@ -502,22 +517,22 @@ def rewrite_archive(src, dst, version):
 
 @pytest.fixture(scope="session")
 def bad_version_model(saved_model, tmp_path_factory):
-    path = tmp_path_factory.mktemp("bad_model") / "version2.pt"
-    rewrite_archive(saved_model, path, 2)
+    path = tmp_path_factory.mktemp("bad_model") / "version3.pt"
+    rewrite_archive(saved_model, path, 3)
     return path
 
 
 def test_unknown_state_version_fails_on_load(tmon, saved_model, bad_version_model, tmp_path):
     # Control: the same rewrite with the version kept loads and runs.
-    same = tmp_path / "version1.pt"
-    rewrite_archive(saved_model, same, 1)
+    same = tmp_path / "version2.pt"
+    rewrite_archive(saved_model, same, 2)
     model = torch.jit.load(str(same))
     assert model.stat.name() == "model.loss"
     assert model(1.0) == 2.0
     del model
     gc.collect()
 
-    with pytest.raises(RuntimeError, match=r"Stat saved with state version 2; this build reads version 1"):
+    with pytest.raises(RuntimeError, match=r"Stat saved with state version 3; this build reads version 2"):
         torch.jit.load(str(bad_version_model))
 
 
@@ -525,5 +540,5 @@ def test_unknown_state_version_fails_on_load(tmon, saved_model, bad_version_mode
 def test_cpp_consumer_rejects_unknown_state_version(consumer, bad_version_model):
     proc = run([consumer / "torch_monitor_script_only", bad_version_model, 1.0])
     assert proc.returncode == 2
-    assert "Stat saved with state version 2; this build reads version 1" in proc.stderr
+    assert "Stat saved with state version 3; this build reads version 2" in proc.stderr
     assert not [line for line in json_lines(proc.stdout) if line["kind"] == "result"]

@@ -256,6 +256,7 @@ def test_flatten_holds_configuration_only():
         "name": "pt2.config",
         "aggregations": ["mean", "max"],
         "window_size_ms": 7000,
+        "window_steps": 0,
         "max_samples": 2**63 - 1,
         "close_on_time": False,
     }

@@ -108,7 +108,7 @@ def test_window_size_forms(window, expected_ms):
         (math.nan, ValueError),
         (math.inf, ValueError),
         ("60", TypeError),
-        (None, TypeError),
+        (None, ValueError),  # neither window_size nor window_steps
     ],
 )
 def test_invalid_windows_are_errors(window, error):
