@@ -57,10 +57,12 @@ class Updater(torch.nn.Module):
 
 
 def progress(step, total, loss_stat, width=30):
-    # The mean of the last closed window: reading it waits for nothing.
+    # The mean of the last closed window (zeros before the first one closes):
+    # reading it waits for nothing.
     mean = loss_stat.get()[monitor.MEAN]
+    shown = f"{mean:.4f}" if mean else "(first window open)"
     done = int(width * step / total)
-    sys.stdout.write(f"\r  [{'#' * done}{'.' * (width - done)}] step {step}/{total}  loss {mean:.4f}")
+    sys.stdout.write(f"\r  [{'#' * done}{'.' * (width - done)}] step {step}/{total}  window loss {shown}")
     sys.stdout.flush()
 
 
