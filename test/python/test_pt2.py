@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 tm = pytest.importorskip("torch_monitor")
+import torch_monitor.testing  # noqa: E402,F401  (tm.testing)
 from windows import closed_windows  # noqa: E402
 
 BACKENDS = ["eager", "aot_eager", "inductor"]
@@ -105,6 +106,32 @@ def test_compiled_stat_adds_match_eager_without_graph_breaks(backend):
             eager(x)
             compiled(x)
     assert compiled_module.stat.count == eager.stat.count == 40
+    assert_same_windows(compiled_module.stat, eager.stat)
+
+
+class AddsTensors(nn.Module):
+    """Adds a whole tensor through add_tensor (TorchScript's typed method)."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.stat = tm.Stat(name, [tm.VALUE, tm.MEAN, tm.COUNT, tm.SUM, tm.MAX, tm.MIN], 3600.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.stat.add_tensor(x * 2)
+        return x
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_compiled_add_tensor_on_the_accelerator_path_matches_eager(backend):
+    # The path CUDA tensors take (rows kept as tensors until the window
+    # closes), forced for CPU tensors, inside a compiled graph.
+    eager, compiled_module = AddsTensors("pt2.eager_rows"), AddsTensors("pt2.compiled_rows")
+    compiled = torch.compile(compiled_module, fullgraph=True, backend=backend)
+    with tm.testing.cpu_tensors_take_device_path():
+        for x in inputs(6):
+            eager(x)
+            compiled(x)
+    assert compiled_module.stat.count == eager.stat.count == 6 * 8
     assert_same_windows(compiled_module.stat, eager.stat)
 
 
