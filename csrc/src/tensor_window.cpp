@@ -1,12 +1,14 @@
 #include <torch_monitor/detail/tensor_window.h>
 
 #include <algorithm>
+#include <exception>
 #include <limits>
 #include <type_traits>
 
 #include <ATen/ATen.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
 
 namespace torch_monitor::detail {
 namespace {
@@ -145,9 +147,23 @@ Accumulator<T> TensorWindow<T>::take(
     const Accumulator<T>& host,
     int64_t lastShardCountNow) {
   const bool numbersFirst = hostFirst_ && host.count > 0;
-  const Accumulator<T> tensors = foldRows(/*startsWindow=*/!numbersFirst);
-  Accumulator<T> out = tensors;
-  if (host.count > 0) {
+  Accumulator<T> tensors;
+  try {
+    tensors = foldRows(/*startsWindow=*/!numbersFirst);
+  } catch (const std::exception& e) {
+    // The device failed (a CUDA error is sticky: training is failing too).
+    // The window closes with the numbers alone: at exit, on the window
+    // timer's thread or in a destructor there is nobody to throw to.
+    TORCH_WARN(
+        "torch_monitor: could not read a Stat window's tensor samples from "
+        "their device; the window is logged without its ",
+        count_,
+        " tensor samples: ",
+        e.what());
+    tensors = Accumulator<T>();
+  }
+  Accumulator<T> out = host.count > 0 ? host : tensors;
+  if (host.count > 0 && tensors.count > 0) {
     out = numbersFirst ? host : tensors;
     out.merge(numbersFirst ? tensors : host);
     // VALUE is the latest sample: the tensor's last element unless its
