@@ -55,37 +55,37 @@ Stat<T>::Stat(
       clock_(clock),
       windowClose_(windowClose),
       aggregations_(aggregations),
-      windowMs_(length),
+      windowLength_(length),
       name_(std::move(name)),
       aggregationList_(aggregations) {
   detail::checkText(name_, "Stat name");
   if (clock_ == ClockSource::STEP) {
     TORCH_CHECK_VALUE(
-        windowMs_ >= 1,
+        windowLength_ >= 1,
         "Stat '",
         name_,
         "': window_steps must be at least 1 (a window of that many training "
         "steps), got ",
-        windowMs_);
+        windowLength_);
   } else {
     // torch.monitor divides by the window (SIGFPE at the first add) when it
     // is under 1 ms.
     TORCH_CHECK_VALUE(
-        windowMs_ >= 1,
+        windowLength_ >= 1,
         "Stat '",
         name_,
         "': window_size must be at least 1 millisecond (it is kept with "
         "millisecond precision), got ",
-        windowMs_,
+        windowLength_,
         " ms");
     TORCH_CHECK_VALUE(
-        windowMs_ <= kMaxWindowMs,
+        windowLength_ <= kMaxWindowMs,
         "Stat '",
         name_,
         "': window_size must be at most ",
         kMaxWindowMs,
         " ms (datetime.timedelta.max, about 2.7 million years), got ",
-        windowMs_,
+        windowLength_,
         " ms");
   }
   // torch.monitor silently treats maxSamples < 1 as 1.
@@ -155,7 +155,7 @@ typename Stat<T>::ClosedWindow Stat<T>::closeIfEndedLocked(int64_t now) {
   if (now < windowEndMs_.load(std::memory_order_relaxed)) {
     return ClosedWindow();
   }
-  return rollOverLocked(windowIdAt(now) * windowMs_);
+  return rollOverLocked(windowIdAt(now) * windowLength_);
 }
 
 template <typename T>
@@ -438,7 +438,7 @@ std::optional<Event> Stat<T>::closeEndedWindow(int64_t& openEndMs) {
       if (w.current.count > 0 && windowIdAt(now) != w.windowId) {
         closeCappedLocked(closed, /*nextWindowId=*/0);
       }
-      openEndMs = w.current.count > 0 ? w.windowId * windowMs_ : 0;
+      openEndMs = w.current.count > 0 ? w.windowId * windowLength_ : 0;
     } else {
       const int64_t end = windowEndMs_.load(std::memory_order_relaxed);
       if (end != 0 && now >= end) {

@@ -173,10 +173,10 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // windowSteps() for step windows (0 for time windows).
   std::chrono::milliseconds windowSize() const noexcept {
     return std::chrono::milliseconds(
-        clock_ == ClockSource::STEP ? 0 : windowMs_);
+        clock_ == ClockSource::STEP ? 0 : windowLength_);
   }
   int64_t windowSteps() const noexcept {
-    return clock_ == ClockSource::STEP ? windowMs_ : 0;
+    return clock_ == ClockSource::STEP ? windowLength_ : 0;
   }
   int64_t maxSamples() const noexcept {
     return capped_ ? state_.capped->maxSamples : kUnlimitedSamples;
@@ -299,7 +299,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   std::vector<std::pair<Aggregation, T>> aggregatesOf(
       const detail::Accumulator<T>& window) const;
   int64_t windowIdAt(int64_t nowMs) const noexcept {
-    return nowMs / windowMs_ + 1;
+    return nowMs / windowLength_ + 1;
   }
 
   // The layout keeps a stat small (about as small as torch::monitor's) and
@@ -329,7 +329,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     CappedWindow* capped; // capped: owned, created by the constructor
   } state_;
 
-  const int64_t windowMs_; // the window length, in clock_'s units
+  const int64_t windowLength_; // the window length, in clock_'s units
   // Guards window closing, prev_, the shard table's creation, the overflow
   // shard and the capped state.
   mutable std::mutex mutex_;
