@@ -5,7 +5,9 @@ set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
 
-apt_packages=(cmake g++ make libgtest-dev libbenchmark-dev)
+# prometheus: the real server test/python/test_prometheus.py scrapes the
+# exporter with (the test runs the binary itself; it needs no service).
+apt_packages=(cmake g++ make libgtest-dev libbenchmark-dev prometheus)
 missing=()
 for package in "${apt_packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
@@ -22,5 +24,5 @@ fi
 echo "== pip install (pinned)"
 "$PYTHON" -m pip install -q --disable-pip-version-check \
   torch==2.13.0 numpy==2.4.6 tensorboard==2.21.0 pytest==9.0.3 \
-  inferno-ai==0.0.5 einops==0.8.2 \
+  inferno-ai==0.0.5 einops==0.8.2 prometheus_client==0.26.0 \
   setuptools wheel 2>&1 | grep -v "Running pip as the 'root' user" || true

@@ -1,4 +1,4 @@
-"""Native event sinks: TensorBoard event files, JSON Lines, console, memory.
+"""Native event sinks: TensorBoard event files, JSON Lines, console, memory, Prometheus.
 
 Each class here is a C++ event handler from ``libtorch_monitor``: a
 ``torch.ScriptObject`` that is the very ``torch.classes.torch_monitor``
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Iterable, List, Optional, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Union
 
 from . import _C
 from ._checks import strict_bool
@@ -48,6 +48,8 @@ __all__ = [
     "JsonLinesHandler",
     "ConsoleHandler",
     "MemoryHandler",
+    "PrometheusExporter",
+    "PrometheusTextFile",
 ]
 
 _STAT_EVENT = "torch.monitor.Stat"
@@ -256,3 +258,61 @@ class MemoryHandler(_C._MemoryHandler):
 
     def __init__(self, capacity: int = 10000, *, event_names: EventNames = None) -> None:
         super().__init__(int(capacity), _names(event_names))
+
+
+def _prometheus_labels(labels: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    """The constant labels, with ``rank`` added under torch.distributed."""
+    out = {str(k): str(v) for k, v in (labels or {}).items()}
+    if "rank" not in out:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            out["rank"] = str(dist.get_rank())
+    return out
+
+
+class PrometheusExporter(_C._PrometheusExporter):
+    """Serves every Stat's last closed window at ``GET /metrics`` for Prometheus.
+
+    Text exposition format 0.0.4: per Stat a gauge family
+    ``torch_monitor_<name>`` (the name with characters outside
+    ``[a-zA-Z0-9_:]`` replaced by ``_``) with one sample per aggregation
+    (label ``aggregation="mean"``, ...), and for a Stat with COUNT a counter
+    ``torch_monitor_<name>_count_total`` summing the counts of all windows.
+    A scrape reads a snapshot that each window close updates: it never
+    touches ``Stat.add``. The server is one C++ thread with bounded
+    connections and timeouts (docs/sinks.md, "Prometheus").
+
+    Args:
+        port: the TCP port; 0 (default) picks a free one, see ``port``.
+        host: the address to listen on; ``"127.0.0.1"`` (default) keeps it
+            local, ``"0.0.0.0"`` opens it to the network.
+        labels: constant labels on every sample (job, run id). When
+            torch.distributed is initialised, ``rank`` is added (unless
+            given).
+    """
+
+    def __init__(
+        self,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        labels: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        super().__init__(int(port), str(host), _prometheus_labels(labels))
+
+
+class PrometheusTextFile(_C._PrometheusTextFile):
+    """Writes what ``PrometheusExporter`` serves to a ``.prom`` file.
+
+    For node_exporter's textfile collector: at every Stat window close the
+    text is written to a temporary file beside ``path`` and renamed over it,
+    so a reader sees a whole file, old or new. ``labels`` as for
+    ``PrometheusExporter`` (``rank`` added under torch.distributed).
+    """
+
+    def __init__(
+        self,
+        path: Union[str, os.PathLike],
+        labels: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        super().__init__(_path(path, "path"), _prometheus_labels(labels))

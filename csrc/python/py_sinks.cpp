@@ -6,6 +6,7 @@
 #include "py_common.h"
 
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -28,6 +29,8 @@ namespace {
 using sinks::ConsoleHandler;
 using sinks::JsonLinesWriter;
 using sinks::MemoryHandler;
+using sinks::PrometheusExporter;
+using sinks::PrometheusTextFile;
 using sinks::Sink;
 using sinks::TensorBoardWriter;
 
@@ -397,6 +400,57 @@ void initSinks(py::module_& m) {
         return self.typed->capacity();
       });
   markFace(memory, "MemoryHandler");
+
+  using PrometheusFace = PyTypedSink<PrometheusExporter>;
+  py::class_<PrometheusFace, PySink> prometheus(m, "_PrometheusExporter");
+  prometheus
+      .def(
+          py::init([](int64_t port,
+                      std::string host,
+                      std::map<std::string, std::string> labels) {
+            return makeFace<PrometheusExporter>(
+                &script::newPrometheusExporter, port, std::move(host), labels);
+          }),
+          py::arg("port"),
+          py::arg("host"),
+          py::arg("labels"))
+      .def_property_readonly(
+          "port",
+          [](const PrometheusFace& self) { return self.typed->port(); },
+          "The port bound (the one picked when 0 was asked for)")
+      .def_property_readonly(
+          "host", [](const PrometheusFace& self) { return self.typed->host(); })
+      .def_property_readonly(
+          "labels",
+          [](const PrometheusFace& self) { return self.typed->labels(); })
+      .def_property_readonly(
+          "serving",
+          [](const PrometheusFace& self) { return self.typed->serving(); },
+          "Whether the server runs in this process (False after close() and "
+          "in a forked child)")
+      .def(
+          "render",
+          [](const PrometheusFace& self) { return self.typed->render(); },
+          "What a scrape of /metrics returns now");
+  markFace(prometheus, "PrometheusExporter");
+
+  using TextFileFace = PyTypedSink<PrometheusTextFile>;
+  py::class_<TextFileFace, PySink> textFile(m, "_PrometheusTextFile");
+  textFile
+      .def(
+          py::init([](std::string path,
+                      std::map<std::string, std::string> labels) {
+            return makeFace<PrometheusTextFile>(
+                &script::newPrometheusTextFile, std::move(path), labels);
+          }),
+          py::arg("path"),
+          py::arg("labels"))
+      .def_property_readonly(
+          "path", [](const TextFileFace& self) { return self.typed->path(); })
+      .def_property_readonly("labels", [](const TextFileFace& self) {
+        return self.typed->labels();
+      });
+  markFace(textFile, "PrometheusTextFile");
 
   m.def(
       "_sinks_set_write_error",

@@ -48,6 +48,8 @@ def make_sinks(tm, tmp_path):
         ),
         "ConsoleHandler": tm.ConsoleHandler("stdout", event_names=["nothing"]),
         "MemoryHandler": tm.MemoryHandler(7),
+        "PrometheusExporter": tm.PrometheusExporter(labels={"job": "j"}),
+        "PrometheusTextFile": tm.PrometheusTextFile(tmp_path / "m.prom"),
     }
 
 
@@ -69,6 +71,9 @@ def expected_config(tm, name, sink, tmp_path):
         ),
         "ConsoleHandler": {"stream": "stdout", "event_names": ["nothing"]},
         "MemoryHandler": {"capacity": 7, "event_names": []},
+        # The port asked for (0), not the one bound: configuration only.
+        "PrometheusExporter": {"port": 0, "host": "127.0.0.1", "labels": {"job": "j"}},
+        "PrometheusTextFile": {"path": str(tmp_path / "m.prom"), "labels": {}},
     }[name]
 
 
@@ -163,7 +168,15 @@ def test_copies_are_the_same_sink_and_pickling_is_refused(tm):
 
 
 @pytest.mark.parametrize(
-    "name", ["TensorBoardWriter", "JsonLinesWriter", "ConsoleHandler", "MemoryHandler"]
+    "name",
+    [
+        "TensorBoardWriter",
+        "JsonLinesWriter",
+        "ConsoleHandler",
+        "MemoryHandler",
+        "PrometheusExporter",
+        "PrometheusTextFile",
+    ],
 )
 def test_module_holding_a_sink_exports_and_compiles(tm, tmp_path, name):
     sink = make_sinks(tm, tmp_path)[name]

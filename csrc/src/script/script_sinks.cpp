@@ -1,6 +1,7 @@
 #include <torch_monitor/script/script_sinks.h>
 
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -36,6 +37,8 @@ namespace {
 using sinks::ConsoleHandler;
 using sinks::JsonLinesWriter;
 using sinks::MemoryHandler;
+using sinks::PrometheusExporter;
+using sinks::PrometheusTextFile;
 using sinks::TensorBoardWriter;
 
 // One C++ type per TorchScript class (custom classes are keyed by type).
@@ -186,6 +189,10 @@ using JsonLinesState = std::tuple<
     std::vector<std::string>>; // event_names (a loaded writer appends)
 using ConsoleState = std::tuple<int64_t, std::string, std::vector<std::string>>;
 using MemoryState = std::tuple<int64_t, int64_t, std::vector<std::string>>;
+using Labels = c10::Dict<std::string, std::string>;
+using PrometheusExporterState =
+    std::tuple<int64_t, int64_t, std::string, Labels>; // version, port, host
+using PrometheusTextFileState = std::tuple<int64_t, std::string, Labels>;
 constexpr int64_t kStateVersion = 1;
 
 void checkVersion(int64_t version, const char* cls) {
@@ -459,6 +466,119 @@ void registerMemoryHandler(torch::Library& m) {
           });
 }
 
+std::map<std::string, std::string> labelMap(const Labels& labels) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : labels) {
+    out.emplace(entry.key(), entry.value());
+  }
+  return out;
+}
+
+Labels labelDict(const std::map<std::string, std::string>& labels) {
+  Labels out;
+  for (const auto& [name, value] : labels) {
+    out.insert(name, value);
+  }
+  return out;
+}
+
+Self<PrometheusExporter> makePrometheusExporter(
+    int64_t port,
+    std::string host,
+    const Labels& labels) {
+  TORCH_CHECK_VALUE(
+      port >= 0 && port <= 65535,
+      "PrometheusExporter: port must be in 0..65535 (0: any free port), got ",
+      port);
+  return makeSink<PrometheusExporter>(
+      static_cast<int>(port), std::move(host), labelMap(labels));
+}
+
+void registerPrometheusExporter(torch::Library& m) {
+  using S = PrometheusExporter;
+  auto cls = m.class_<ScriptSink<S>>("PrometheusExporter");
+  // The port asked for, not the one bound: configuration only.
+  defineFlatten(cls, [](ScriptSink<S>& self) {
+    return Config{
+        {"port", static_cast<int64_t>(self.get().requestedPort())},
+        {"host", self.get().host()},
+        {"labels", labelDict(self.get().labels())}};
+  });
+  cls.def(
+      torch::init(&makePrometheusExporter),
+      "PrometheusExporter(port=0 (any free port), host='127.0.0.1', "
+      "labels={}): serves Stat windows at GET /metrics",
+      {torch::arg("port") = int64_t(0),
+       torch::arg("host") = std::string("127.0.0.1"),
+       torch::arg("labels") = c10::IValue(Labels())});
+  defineSinkMethods(cls)
+      .def(
+          "port",
+          [](const Self<S>& self) {
+            return static_cast<int64_t>(self->get().port());
+          },
+          "The port bound")
+      .def("host", [](const Self<S>& self) { return self->get().host(); })
+      .def(
+          "labels",
+          [](const Self<S>& self) { return labelDict(self->get().labels()); })
+      .def(
+          "render",
+          [](const Self<S>& self) { return self->get().render(); },
+          "What a scrape of /metrics returns now")
+      .def_pickle(
+          [](const Self<S>& self) {
+            return PrometheusExporterState(
+                kStateVersion,
+                self->get().requestedPort(),
+                self->get().host(),
+                labelDict(self->get().labels()));
+          },
+          [](PrometheusExporterState state) {
+            auto& [version, port, host, labels] = state;
+            checkVersion(version, "PrometheusExporter");
+            return makePrometheusExporter(port, std::move(host), labels);
+          });
+}
+
+Self<PrometheusTextFile> makePrometheusTextFile(
+    std::string path,
+    const Labels& labels) {
+  return makeSink<PrometheusTextFile>(std::move(path), labelMap(labels));
+}
+
+void registerPrometheusTextFile(torch::Library& m) {
+  using S = PrometheusTextFile;
+  auto cls = m.class_<ScriptSink<S>>("PrometheusTextFile");
+  defineFlatten(cls, [](ScriptSink<S>& self) {
+    return Config{
+        {"path", self.get().path()},
+        {"labels", labelDict(self.get().labels())}};
+  });
+  cls.def(
+      torch::init(&makePrometheusTextFile),
+      "PrometheusTextFile(path, labels={}): rewrites a .prom file atomically "
+      "at every Stat window close",
+      {torch::arg("path"), torch::arg("labels") = c10::IValue(Labels())});
+  defineSinkMethods(cls)
+      .def("path", [](const Self<S>& self) { return self->get().path(); })
+      .def(
+          "labels",
+          [](const Self<S>& self) { return labelDict(self->get().labels()); })
+      .def_pickle(
+          [](const Self<S>& self) {
+            return PrometheusTextFileState(
+                kStateVersion,
+                self->get().path(),
+                labelDict(self->get().labels()));
+          },
+          [](PrometheusTextFileState state) {
+            auto& [version, path, labels] = state;
+            checkVersion(version, "PrometheusTextFile");
+            return makePrometheusTextFile(std::move(path), labels);
+          });
+}
+
 } // namespace
 
 c10::IValue newTensorBoardWriter(
@@ -501,11 +621,28 @@ c10::IValue newMemoryHandler(
   return c10::IValue(makeMemoryHandler(capacity, std::move(eventNames)));
 }
 
+c10::IValue newPrometheusExporter(
+    int64_t port,
+    std::string host,
+    const std::map<std::string, std::string>& labels) {
+  return c10::IValue(
+      makePrometheusExporter(port, std::move(host), labelDict(labels)));
+}
+
+c10::IValue newPrometheusTextFile(
+    std::string path,
+    const std::map<std::string, std::string>& labels) {
+  return c10::IValue(
+      makePrometheusTextFile(std::move(path), labelDict(labels)));
+}
+
 void registerSinkClasses(torch::Library& m) {
   registerTensorBoardWriter(m);
   registerJsonLinesWriter(m);
   registerConsoleHandler(m);
   registerMemoryHandler(m);
+  registerPrometheusExporter(m);
+  registerPrometheusTextFile(m);
 }
 
 } // namespace torch_monitor::script

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,5 +58,12 @@ TORCH_MONITOR_API c10::IValue newConsoleHandler(
 TORCH_MONITOR_API c10::IValue newMemoryHandler(
     int64_t capacity,
     std::vector<std::string> eventNames);
+TORCH_MONITOR_API c10::IValue newPrometheusExporter(
+    int64_t port,
+    std::string host,
+    const std::map<std::string, std::string>& labels);
+TORCH_MONITOR_API c10::IValue newPrometheusTextFile(
+    std::string path,
+    const std::map<std::string, std::string>& labels);
 
 } // namespace torch_monitor::script

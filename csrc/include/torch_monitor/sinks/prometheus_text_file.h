@@ -1,0 +1,52 @@
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include <torch_monitor/event.h>
+#include <torch_monitor/export.h>
+#include <torch_monitor/sinks/prometheus_format.h>
+#include <torch_monitor/sinks/sink.h>
+
+namespace torch_monitor::sinks {
+
+// Writes what PrometheusExporter would serve to `path` (a .prom file for
+// node_exporter's textfile collector) on every Stat window close: the text
+// goes to a temporary file in the same directory, then rename(2) replaces
+// `path`, so a reader sees the old file or the new one, never a part.
+// (Atomic for readers; not fsync'ed, so not durable across a power loss.)
+// A failing write is warned about once (problems()) and retried at the next
+// window.
+// Thread safety: no concurrent call to any API of this type causes a data
+// race; handle() may run on many threads at once.
+class TORCH_MONITOR_API PrometheusTextFile final : public Sink {
+ public:
+  explicit PrometheusTextFile(
+      std::string path,
+      std::map<std::string, std::string> labels = {});
+  ~PrometheusTextFile() override;
+
+  void handle(const Event& event) override;
+
+  const std::string& path() const noexcept {
+    return path_;
+  }
+  const std::map<std::string, std::string>& labels() const noexcept {
+    return labels_;
+  }
+
+ private:
+  // Writes the current snapshot; `writeMutex_` held.
+  void writeLocked();
+
+  const std::string path_;
+  const std::map<std::string, std::string> labels_;
+  const prometheus::Labels checked_;
+  prometheus::Snapshot snapshot_;
+  std::mutex writeMutex_; // one writer of the temporary file at a time
+  detail::ForkSafeLocks forkLocks_{
+      detail::ForkLockMode::kResetInChild, {&writeMutex_}};
+};
+
+} // namespace torch_monitor::sinks

@@ -1,0 +1,257 @@
+#include <torch_monitor/sinks/prometheus_format.h>
+
+#include <charconv>
+#include <cmath>
+#include <set>
+
+#include <c10/util/Exception.h>
+
+#include <torch_monitor/aggregation.h>
+#include <torch_monitor/detail/text.h>
+#include <torch_monitor/sinks/text_format.h>
+
+namespace torch_monitor::sinks::prometheus {
+namespace {
+
+constexpr std::string_view kPrefix = "torch_monitor_";
+
+bool isNameChar(char c, bool first) {
+  const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+  const bool digit = c >= '0' && c <= '9';
+  return letter || c == '_' || (!first && digit);
+}
+
+// A Stat event key "<stat>.<aggregation>": the aggregation's position, or
+// npos when the key does not end with a known aggregation name.
+size_t aggregationDot(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  if (dot == std::string::npos || dot == 0) {
+    return std::string::npos;
+  }
+  const std::string_view suffix(key.data() + dot + 1, key.size() - dot - 1);
+  for (int a = 1; a < kNumAggregations; ++a) {
+    if (suffix == aggregationName(static_cast<Aggregation>(a))) {
+      return dot;
+    }
+  }
+  return std::string::npos;
+}
+
+// Escapes '\', '"' (when `quote`) and newline after repairing UTF-8.
+void appendEscaped(std::string& out, std::string_view s, bool quote) {
+  std::string repaired;
+  text::appendUtf8Repaired(repaired, s);
+  for (char c : repaired) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && quote) {
+      out += "\\\"";
+    } else {
+      out.push_back(c);
+    }
+  }
+}
+
+void appendSample(
+    std::string& out,
+    const std::string& name,
+    const Labels& labels,
+    const char* aggregation,
+    const std::variant<double, int64_t>& value) {
+  out += name;
+  bool first = true;
+  auto label = [&](std::string_view key, std::string_view text) {
+    out += first ? "{" : ",";
+    first = false;
+    out += key;
+    out += "=\"";
+    appendLabelValue(out, text);
+    out += '"';
+  };
+  for (const auto& [key, text] : labels) {
+    label(key, text);
+  }
+  if (aggregation != nullptr) {
+    label("aggregation", aggregation);
+  }
+  out += first ? " " : "} ";
+  if (const auto* i = std::get_if<int64_t>(&value)) {
+    text::appendInt(out, *i);
+  } else {
+    appendSampleValue(out, std::get<double>(value));
+  }
+  out += '\n';
+}
+
+void appendFamilyHead(
+    std::string& out,
+    const std::string& name,
+    const std::string& help,
+    const char* type) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  appendHelpText(out, help);
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+} // namespace
+
+std::string metricName(std::string_view statName) {
+  std::string out(kPrefix);
+  for (char c : statName) {
+    out.push_back(isNameChar(c, false) || c == ':' ? c : '_');
+  }
+  return out;
+}
+
+void appendLabelValue(std::string& out, std::string_view value) {
+  appendEscaped(out, value, /*quote=*/true);
+}
+
+void appendHelpText(std::string& out, std::string_view text) {
+  appendEscaped(out, text, /*quote=*/false);
+}
+
+void appendSampleValue(std::string& out, double value) {
+  if (std::isnan(value)) {
+    out += "NaN";
+  } else if (std::isinf(value)) {
+    out += value > 0 ? "+Inf" : "-Inf";
+  } else {
+    char buf[32];
+    const auto result = std::to_chars(buf, buf + sizeof(buf), value);
+    out.append(buf, result.ptr);
+  }
+}
+
+Labels checkedLabels(const std::map<std::string, std::string>& labels) {
+  Labels out;
+  for (const auto& [name, value] : labels) {
+    bool valid = !name.empty();
+    for (size_t i = 0; i < name.size() && valid; ++i) {
+      valid = isNameChar(name[i], i == 0);
+    }
+    TORCH_CHECK_VALUE(
+        valid,
+        "Prometheus label name '",
+        name,
+        "' is invalid: use letters, digits and '_', not starting with a digit");
+    TORCH_CHECK_VALUE(
+        name.rfind("__", 0) != 0,
+        "Prometheus label name '",
+        name,
+        "' is invalid: names starting with '__' are reserved by Prometheus");
+    TORCH_CHECK_VALUE(
+        name != "aggregation",
+        "Prometheus label name 'aggregation' is taken by the sink itself "
+        "(it names each sample's aggregation); choose another name");
+    torch_monitor::detail::checkText(value, "Prometheus label value");
+    out.emplace_back(name, value);
+  }
+  return out; // std::map iterates sorted by name
+}
+
+void Snapshot::update(const Event& event) {
+  if (event.name != kStatEventName) {
+    return;
+  }
+  // One event is one closed window of each Stat it names: the new windows
+  // are built here, outside the lock, then replace the old ones (an
+  // aggregation missing now is dropped).
+  std::map<std::string, std::shared_ptr<Window>> windows;
+  std::map<std::string, int64_t> counts;
+  for (const auto& [key, data] : event.data) {
+    const size_t dot = aggregationDot(key);
+    std::variant<double, int64_t> value;
+    if (const auto* d = std::get_if<double>(&data)) {
+      value = *d;
+    } else if (const auto* i = std::get_if<int64_t>(&data)) {
+      value = *i;
+    } else {
+      continue; // strings and bools are no samples
+    }
+    if (dot == std::string::npos) {
+      continue;
+    }
+    std::string stat = key.substr(0, dot);
+    const std::string aggregation = key.substr(dot + 1);
+    std::shared_ptr<Window>& window = windows[stat];
+    if (window == nullptr) {
+      window = std::make_shared<Window>();
+      window->stat = std::move(stat);
+    }
+    if (aggregation == aggregationName(Aggregation::COUNT)) {
+      window->hasCount = true;
+      window->countTotal = std::holds_alternative<int64_t>(value)
+          ? std::get<int64_t>(value)
+          : std::llround(std::get<double>(value));
+    }
+    window->values[aggregation] = value;
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  for (auto& [stat, window] : windows) {
+    std::shared_ptr<const Window>& slot = stats_[stat];
+    if (slot != nullptr && window->hasCount) {
+      window->countTotal += slot->countTotal;
+    }
+    slot = std::move(window);
+  }
+}
+
+std::string Snapshot::render(
+    const Labels& labels,
+    std::vector<std::string>* clashes) const {
+  std::vector<std::shared_ptr<const Window>> windows;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    windows.reserve(stats_.size());
+    for (const auto& entry : stats_) {
+      windows.push_back(entry.second);
+    }
+  }
+  std::string out;
+  std::set<std::string> families;
+  for (const auto& window : windows) {
+    const std::string& stat = window->stat;
+    const std::string gauge = metricName(stat);
+    const std::string counter = gauge + "_count_total";
+    if (families.count(gauge) != 0 ||
+        (window->hasCount && families.count(counter) != 0)) {
+      if (clashes != nullptr) {
+        clashes->push_back(stat);
+      }
+      continue;
+    }
+    families.insert(gauge);
+    appendFamilyHead(
+        out, gauge, "torch_monitor Stat '" + stat + "': last closed window",
+        "gauge");
+    for (const auto& [aggregation, value] : window->values) {
+      appendSample(out, gauge, labels, aggregation.c_str(), value);
+    }
+    if (window->hasCount) {
+      families.insert(counter);
+      appendFamilyHead(
+          out,
+          counter,
+          "torch_monitor Stat '" + stat + "': samples counted, all windows",
+          "counter");
+      appendSample(out, counter, labels, nullptr, window->countTotal);
+    }
+  }
+  return out;
+}
+
+size_t Snapshot::size() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return stats_.size();
+}
+
+} // namespace torch_monitor::sinks::prometheus

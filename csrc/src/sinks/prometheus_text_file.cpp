@@ -1,0 +1,96 @@
+#include <torch_monitor/sinks/prometheus_text_file.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <c10/util/Exception.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace torch_monitor::sinks {
+
+PrometheusTextFile::PrometheusTextFile(
+    std::string path,
+    std::map<std::string, std::string> labels)
+    : Sink("PrometheusTextFile('" + path + "')"),
+      path_(std::move(path)),
+      labels_(std::move(labels)),
+      checked_(prometheus::checkedLabels(labels_)) {
+  checkPathText(path_, "PrometheusTextFile: path");
+  TORCH_CHECK_VALUE(
+      !path_.empty() && path_.back() != '/',
+      "PrometheusTextFile: path must name a file, got '",
+      path_,
+      "'");
+  // An empty exposition at once: the collector sees the file, and a bad
+  // path is reported now rather than at the first window.
+  std::lock_guard<std::mutex> guard(writeMutex_);
+  writeLocked();
+}
+
+PrometheusTextFile::~PrometheusTextFile() {
+  close();
+}
+
+void PrometheusTextFile::handle(const Event& event) {
+  if (closed() || event.name != kStatEventName) {
+    return;
+  }
+  snapshot_.update(event);
+  std::lock_guard<std::mutex> guard(writeMutex_);
+  writeLocked();
+}
+
+void PrometheusTextFile::writeLocked() {
+  std::vector<std::string> clashes;
+  const std::string text = snapshot_.render(checked_, &clashes);
+  for (const std::string& stat : clashes) {
+    problemLog().report(
+        "clash:" + stat,
+        "Stat '" + stat +
+            "' is left out: another Stat's name gives the same metric name");
+  }
+  // Same directory, so rename(2) is atomic; the pid keeps a forked child's
+  // temporary file apart from its parent's.
+  const std::string temp = path_ + ".tmp." + std::to_string(::getpid());
+  const int fd =
+      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  auto fail = [&](const char* what) {
+    const int error = errno;
+    problemLog().report(
+        std::string("write:") + what,
+        std::string("cannot ") + what + " '" + temp + "': " +
+            std::strerror(error) + " (retried at the next window)");
+  };
+  if (fd < 0) {
+    fail("create");
+    return;
+  }
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      fail("write");
+      ::close(fd);
+      ::unlink(temp.c_str());
+      return;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    fail("write");
+    ::unlink(temp.c_str());
+    return;
+  }
+  if (::rename(temp.c_str(), path_.c_str()) != 0) {
+    fail("rename");
+    ::unlink(temp.c_str());
+  }
+}
+
+} // namespace torch_monitor::sinks
