@@ -25,10 +25,13 @@
 #include <torch_monitor/sinks/tensorboard_writer.h>
 #include <torch_monitor/step.h>
 
+#include "test_support.h"
+
 namespace fs = std::filesystem;
 using torch_monitor::sinks::computeHistogram;
 using torch_monitor::sinks::Histogram;
 using torch_monitor::sinks::TensorBoardWriter;
+using torch_monitor::test::TempDir;
 
 namespace {
 
@@ -210,25 +213,6 @@ std::vector<HistogramEvent> readHistograms(const fs::path& dir) {
   }
   return out;
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tm_histo_XXXXXX");
-    TORCH_INTERNAL_ASSERT(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const {
-    return path_;
-  }
-
- private:
-  fs::path path_;
-};
 
 TEST(Histogram, EventBytesRoundTrip) {
   const Histogram h = computeHistogram(at::randn({50}) * 4);

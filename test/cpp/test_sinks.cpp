@@ -53,31 +53,9 @@ using sinks::crc32c;
 using sinks::maskCrc32c;
 using test::RecordingHandler;
 using test::ScopedHandler;
+using test::TempDir;
 
 // ---------------------------------------------------------------- helpers
-
-// A fresh directory under the system temp dir, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tm_sinks_XXXXXX");
-    TORCH_INTERNAL_ASSERT(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const {
-    return path_;
-  }
-  std::string operator/(const std::string& name) const {
-    return (path_ / name).string();
-  }
-
- private:
-  fs::path path_;
-};
 
 // Collects the warnings issued on this thread for its lifetime.
 class CapturedWarnings : public c10::WarningHandler {

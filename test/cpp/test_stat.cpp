@@ -21,7 +21,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -35,6 +34,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::expectValueError;
+using test::kAllAggregations;
 using test::keysOf;
 using test::valueOf;
 
@@ -44,9 +44,6 @@ constexpr auto COUNT = Aggregation::COUNT;
 constexpr auto SUM = Aggregation::SUM;
 constexpr auto MAX = Aggregation::MAX;
 constexpr auto MIN = Aggregation::MIN;
-
-const std::vector<Aggregation> kAllAggregations = {
-    VALUE, MEAN, COUNT, SUM, MAX, MIN};
 
 // get()'s result keyed by name, so failures print readably.
 template <typename T>
@@ -1183,7 +1180,7 @@ TEST(StatFork, ChildCanUseEveryStatWhileOtherThreadsAddAndLog) {
         sharded.add(1.0);
         capped.add(1);
         inherited.add(1.0);
-        logEvent(Event{"fork.busy", std::chrono::system_clock::now(), {}});
+        logEvent(Event{"fork.busy", std::chrono::system_clock::now(), {}, {}});
       }
     });
   }
@@ -1206,7 +1203,7 @@ TEST(StatFork, ChildCanUseEveryStatWhileOtherThreadsAddAndLog) {
       inherited.add(1.0);
       sharded.add(2.0);
       capped.add(2);
-      logEvent(Event{"fork.child", std::chrono::system_clock::now(), {}});
+      logEvent(Event{"fork.child", std::chrono::system_clock::now(), {}, {}});
       Stat<double> fresh("fork.fresh", {SUM}, 1h);
       std::thread([&] {
         fresh.add(1.0);
@@ -1218,12 +1215,7 @@ TEST(StatFork, ChildCanUseEveryStatWhileOtherThreadsAddAndLog) {
       closeAllStats();
       ::_exit(0);
     }
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "fork " << i << ": child "
-        << (WIFSIGNALED(status) ? "killed by signal " : "exited with ")
-        << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    test::expectChildExitedCleanly(pid, "fork " + std::to_string(i));
   }
   stop = true;
   for (auto& t : threads) {

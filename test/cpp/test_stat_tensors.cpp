@@ -21,15 +21,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::expectValueError;
+using test::kAllAggregations;
 using test::valueOf;
-
-const std::vector<Aggregation> kAll = {
-    Aggregation::VALUE,
-    Aggregation::MEAN,
-    Aggregation::COUNT,
-    Aggregation::SUM,
-    Aggregation::MAX,
-    Aggregation::MIN};
 
 // The device path for the scope.
 struct DevicePath {
@@ -67,7 +60,7 @@ void expectSameWindows(
   }
   ASSERT_NE(ea, nullptr);
   ASSERT_NE(eb, nullptr);
-  for (Aggregation agg : kAll) {
+  for (Aggregation agg : kAllAggregations) {
     const std::string name = aggregationName(agg);
     const double x = valueOf<double>(*ea, a + "." + name);
     const double y = valueOf<double>(*eb, b + "." + name);
@@ -90,8 +83,8 @@ TEST_P(StatTensors, ElementsAreSamplesInOrderMixedWithNumbers) {
     devicePath.emplace();
   }
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  Stat<double> tensors("cpp.tensors", kAll, 1h);
-  Stat<double> numbers("cpp.numbers", kAll, 1h);
+  Stat<double> tensors("cpp.tensors", kAllAggregations, 1h);
+  Stat<double> numbers("cpp.numbers", kAllAggregations, 1h);
   const std::vector<at::Tensor> values = {
       at::tensor({nan, 2.0, -7.5}),
       at::arange(6, at::kFloat).reshape({2, 3}).t(), // non-contiguous

@@ -2,11 +2,14 @@
 
 // Shared helpers of the C++ tests: a recording EventHandler, RAII guards for
 // the process-global handler registry and the fake monotonic clock, a latch,
-// and helpers to read event values and check c10::ValueError messages.
+// a temporary directory, and helpers to read event values, check
+// c10::ValueError messages and judge a forked child's exit.
 
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -17,12 +20,23 @@
 #include <variant>
 #include <vector>
 
+#include <sys/wait.h>
+
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
 #include <torch_monitor/torch_monitor.h>
 
 namespace torch_monitor::test {
+
+// Every aggregation, in enum order.
+inline const std::vector<Aggregation> kAllAggregations = {
+    Aggregation::VALUE,
+    Aggregation::MEAN,
+    Aggregation::COUNT,
+    Aggregation::SUM,
+    Aggregation::MAX,
+    Aggregation::MIN};
 
 // Whether this build runs under a sanitizer whose runtime cannot start a
 // thread in a child forked from a multi-threaded process (GCC 12's ASan and
@@ -229,6 +243,44 @@ inline void expectValueError(
     return;
   }
   ADD_FAILURE() << "expected c10::ValueError, nothing was thrown";
+}
+
+// A fresh directory under the system temp dir, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "tm_test_XXXXXX").string();
+    TORCH_INTERNAL_ASSERT(::mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const {
+    return path_;
+  }
+  std::string operator/(const std::string& name) const {
+    return (path_ / name).string();
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Waits for the forked child `pid` and fails the test (naming `label`)
+// unless it exited with status 0.
+inline void expectChildExitedCleanly(pid_t pid, const std::string& label) {
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << label << ": child "
+      << (WIFSIGNALED(status) ? "killed by signal " : "exited with ")
+      << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 }
 
 } // namespace torch_monitor::test

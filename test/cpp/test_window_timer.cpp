@@ -16,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -313,12 +312,7 @@ TEST(WindowTimerFork, ChildClosesItsTimedWindowsOnTime) {
       }
       ::_exit(0);
     }
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "fork " << i << ": child "
-        << (WIFSIGNALED(status) ? "killed by signal " : "exited with ")
-        << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    test::expectChildExitedCleanly(pid, "fork " + std::to_string(i));
   }
   stop = true;
   adder.join();

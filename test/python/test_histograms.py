@@ -16,13 +16,6 @@ pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 
-from conftest import load_module  # noqa: E402
-
-
-@pytest.fixture
-def tm():
-    return load_module("torch_monitor")
-
 
 def read_histograms(logdir):
     """{tag: [(step, HistogramValue), ...]} as TensorBoard reads them."""

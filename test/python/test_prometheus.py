@@ -18,16 +18,10 @@ import urllib.request
 
 import pytest
 
-from conftest import load_module
 from isolated import run_isolated
 
 UTC = datetime.timezone.utc
 STAT_EVENT = "torch.monitor.Stat"
-
-
-@pytest.fixture
-def tm():
-    return load_module("torch_monitor")
 
 
 def parse(text):

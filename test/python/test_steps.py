@@ -23,15 +23,8 @@ pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 
-from conftest import load_module  # noqa: E402
-
 UTC = datetime.timezone.utc
 STAT_EVENT = "torch.monitor.Stat"
-
-
-@pytest.fixture
-def tm():
-    return load_module("torch_monitor")
 
 
 @pytest.fixture

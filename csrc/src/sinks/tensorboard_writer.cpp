@@ -121,6 +121,26 @@ struct TensorBoardWriter::Impl {
     return tag.nextStep++;
   }
 
+  // Buffers the one record `write(buffer, wallTime, step, tagState)` of a
+  // point written directly at `tag`: a non-finite wall time means now, the
+  // step is stepFor()'s.
+  template <typename Write>
+  void appendPoint(
+      std::string_view tag,
+      std::optional<int64_t> step,
+      double wallTime,
+      const Write& write) {
+    if (!std::isfinite(wallTime)) {
+      wallTime = nowSeconds();
+    }
+    const std::string key(tag);
+    writer.append([&](std::string& buffer) {
+      TagState& state = tagState(key);
+      write(buffer, wallTime, stepFor(step, state), state);
+      return size_t(1);
+    });
+  }
+
   const std::string logdir;
   const TensorBoardWriterOptions options;
   const EventNameFilter filter;
@@ -214,21 +234,17 @@ void TensorBoardWriter::addScalar(
     double value,
     std::optional<int64_t> step,
     double wallTime) {
-  if (!std::isfinite(wallTime)) {
-    wallTime = nowSeconds();
-  }
-  Impl& impl = *impl_;
-  const std::string key(tag);
-  impl.writer.append([&](std::string& buffer) {
-    Impl::TagState& state = impl.tagState(key);
-    tensorboard::appendScalarRecord(
-        buffer,
-        wallTime,
-        Impl::stepFor(step, state),
-        state.encoded,
-        static_cast<float>(value));
-    return size_t(1);
-  });
+  impl_->appendPoint(
+      tag,
+      step,
+      wallTime,
+      [&](std::string& buffer,
+          double time,
+          int64_t pointStep,
+          Impl::TagState& state) {
+        tensorboard::appendScalarRecord(
+            buffer, time, pointStep, state.encoded, static_cast<float>(value));
+      });
 }
 
 void TensorBoardWriter::addHistogram(
@@ -238,22 +254,19 @@ void TensorBoardWriter::addHistogram(
     double wallTime) {
   // Bad values throw here, before anything is buffered.
   const Histogram histogram = computeHistogram(values);
-  if (!std::isfinite(wallTime)) {
-    wallTime = nowSeconds();
-  }
-  Impl& impl = *impl_;
-  const std::string key(tag);
-  impl.writer.append([&](std::string& buffer) {
-    Impl::TagState& state = impl.tagState(key);
-    tensorboard::appendRecord(
-        buffer,
-        tensorboard::histogramEvent(
-            wallTime,
-            Impl::stepFor(step, state),
-            state.encoded.tag(),
-            histogram));
-    return size_t(1);
-  });
+  impl_->appendPoint(
+      tag,
+      step,
+      wallTime,
+      [&](std::string& buffer,
+          double time,
+          int64_t pointStep,
+          Impl::TagState& state) {
+        tensorboard::appendRecord(
+            buffer,
+            tensorboard::histogramEvent(
+                time, pointStep, state.encoded.tag(), histogram));
+      });
 }
 
 void TensorBoardWriter::flush() {
