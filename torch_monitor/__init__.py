@@ -45,6 +45,7 @@ from ._C import (  # noqa: E402
 from . import _fake  # noqa: E402,F401  (fake classes for torch.compile/export)
 from . import _events  # noqa: E402,F401  (log_event(name, data), traceable)
 from ._steps import get_step, set_step  # noqa: E402  (the training step)
+from ._ranks import process_rank, set_process_rank  # noqa: E402  (rank-aware sinks)
 from .tensorboard_handler import TensorboardEventHandler  # noqa: E402
 from .reducers import *  # noqa: E402,F401,F403
 from .reducers import __all__ as _reducers_all  # noqa: E402
@@ -100,6 +101,8 @@ __all__ = [
     "unregister_event_handler",
     "set_step",
     "get_step",
+    "set_process_rank",
+    "process_rank",
     "TensorboardEventHandler",
     "STAT_EVENT",
     "library_path",

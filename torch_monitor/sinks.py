@@ -41,6 +41,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Union
 
 from . import _C
 from ._checks import strict_bool
+from ._ranks import sync_process_rank
 
 __all__ = [
     "TensorBoardWriter",
@@ -97,6 +98,14 @@ def _path(value: Union[str, bytes, os.PathLike], what: str) -> str:
     return path
 
 
+def _ranks(value: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(
+            f'ranks must be "separate" or "zero", got {type(value).__name__}'
+        )
+    return value  # the core checks the word
+
+
 def _names(value: EventNames) -> List[str]:
     """None: every event. A bare string is one name, not a set of letters."""
     if value is None:
@@ -136,6 +145,12 @@ class TensorBoardWriter(_C._TensorBoardWriter):
         event_names: the event names written; ``None`` for every event.
         step_key: if set, an event's int value under this key is the step of
             all its other values (and is not written itself).
+        ranks: in a distributed job (``torch.distributed`` initialised, or
+            ``set_process_rank``), ``"separate"`` (default) writes to
+            ``<log_dir>/rank<r>``, one TensorBoard run per rank; ``"zero"``
+            writes on rank 0 only, to ``log_dir`` (other ranks write nothing).
+            Outside one, ``log_dir`` as given. ``run_dir`` is where this
+            process writes.
 
     Points land at the event's step (a Stat's event carries the training step
     set with ``torch_monitor.set_step``), else at a per-tag counter 0, 1, 2.
@@ -159,13 +174,16 @@ class TensorBoardWriter(_C._TensorBoardWriter):
         max_buffer_bytes: int = _DEFAULT_BUFFER,
         event_names: EventNames = (_STAT_EVENT,),
         step_key: Optional[str] = None,
+        ranks: str = "separate",
     ) -> None:
+        sync_process_rank()  # the folder is chosen now
         super().__init__(
             _path(log_dir, "log_dir"),
             _seconds(flush_interval),
             int(max_buffer_bytes),
             _names(event_names),
             step_key or "",
+            _ranks(ranks),
         )
 
 
@@ -198,6 +216,11 @@ class JsonLinesWriter(_C._JsonLinesWriter):
         event_names: the event names written; ``None`` (default) for every event.
         append: ``True`` keeps what the file holds (default), ``False`` starts
             it anew; anything else is a ``TypeError``.
+        ranks: in a distributed job, ``"separate"`` (default) writes to
+            ``<dir>/rank<r>/<name>`` for ``path`` ``<dir>/<name>`` (a FIFO or
+            device is shared as is); ``"zero"`` writes on rank 0 only, to
+            ``path``. Lines then carry ``"rank"`` and ``"world_size"``.
+            ``file_path`` is the file this process writes.
     """
 
     def __init__(
@@ -208,13 +231,16 @@ class JsonLinesWriter(_C._JsonLinesWriter):
         max_buffer_bytes: int = _DEFAULT_BUFFER,
         event_names: EventNames = None,
         append: bool = True,
+        ranks: str = "separate",
     ) -> None:
+        sync_process_rank()  # the file is chosen now
         super().__init__(
             _path(path, "path"),
             _seconds(flush_interval),
             int(max_buffer_bytes),
             _names(event_names),
             strict_bool(append, "append"),
+            _ranks(ranks),
         )
 
 

@@ -32,6 +32,13 @@ class TensorboardEventHandler:
         writer = SummaryWriter("runs/exp1")
         monitor.register_event_handler(monitor.TensorboardEventHandler(writer))
 
+    In a distributed job the writer's directory is the user's: give each rank
+    its own (``SummaryWriter(f"runs/exp1/rank{dist.get_rank()}")``, one
+    TensorBoard run per rank) or make it on rank 0 only; several ranks
+    writing one directory show every step once per rank. The native
+    ``torch_monitor.TensorBoardWriter`` does this by itself (docs/sinks.md,
+    "Rank-aware sinks").
+
     For every accepted event (by default only those named ``"torch.monitor.Stat"``,
     which ``Stat`` logs when a window closes) each entry of ``event.data`` becomes
     one scalar point: the key is the tag (e.g. ``"loss.mean"``), the event's

@@ -255,20 +255,23 @@ void initSinks(py::module_& m) {
                       double flushInterval,
                       int64_t maxBufferBytes,
                       std::vector<std::string> eventNames,
-                      std::string stepKey) {
+                      std::string stepKey,
+                      const std::string& ranks) {
             return makeFace<TensorBoardWriter>(
                 &script::newTensorBoardWriter,
                 std::move(logdir),
                 flushInterval,
                 maxBufferBytes,
                 std::move(eventNames),
-                std::move(stepKey));
+                std::move(stepKey),
+                ranks);
           }),
           py::arg("log_dir"),
           py::arg("flush_interval"),
           py::arg("max_buffer_bytes"),
           py::arg("event_names"),
-          py::arg("step_key"))
+          py::arg("step_key"),
+          py::arg("ranks"))
       .def(
           "add_scalar",
           [](TensorBoardFace& self,
@@ -320,6 +323,14 @@ void initSinks(py::module_& m) {
           "file_path",
           [](const TensorBoardFace& self) { return self.typed->filePath(); })
       .def_property_readonly(
+          "run_dir",
+          [](const TensorBoardFace& self) { return self.typed->runDir(); })
+      .def_property_readonly(
+          "ranks",
+          [](const TensorBoardFace& self) {
+            return sinks::rankFilesName(self.typed->options().ranks);
+          })
+      .def_property_readonly(
           "flush_interval",
           [](const TensorBoardFace& self) {
             return self.typed->options().flushInterval.count() / 1000.0;
@@ -337,22 +348,31 @@ void initSinks(py::module_& m) {
                       double flushInterval,
                       int64_t maxBufferBytes,
                       std::vector<std::string> eventNames,
-                      bool append) {
+                      bool append,
+                      const std::string& ranks) {
             return makeFace<JsonLinesWriter>(
                 &script::newJsonLinesWriter,
                 std::move(path),
                 flushInterval,
                 maxBufferBytes,
                 std::move(eventNames),
-                append);
+                append,
+                ranks);
           }),
           py::arg("path"),
           py::arg("flush_interval"),
           py::arg("max_buffer_bytes"),
           py::arg("event_names"),
-          py::arg("append").noconvert()) // a str is not a bool
+          py::arg("append").noconvert(), // a str is not a bool
+          py::arg("ranks"))
       .def_property_readonly(
-          "path", [](const JsonLinesFace& self) { return self.typed->path(); });
+          "path", [](const JsonLinesFace& self) { return self.typed->path(); })
+      .def_property_readonly(
+          "file_path",
+          [](const JsonLinesFace& self) { return self.typed->filePath(); })
+      .def_property_readonly("ranks", [](const JsonLinesFace& self) {
+        return sinks::rankFilesName(self.typed->options().ranks);
+      });
   markFace(jsonLines, "JsonLinesWriter");
 
   using ConsoleFace = PyTypedSink<ConsoleHandler>;

@@ -35,8 +35,10 @@
 #include <gtest/gtest.h>
 
 #include <torch_monitor/detail/text.h>
+#include <torch_monitor/process_rank.h>
 #include <torch_monitor/sinks/crc32c.h>
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
+#include <torch_monitor/sinks/rank_files.h>
 #include <torch_monitor/sinks/sinks.h>
 #include <torch_monitor/sinks/tensorboard_format.h>
 #include <torch_monitor/sinks/text_format.h>
@@ -1473,6 +1475,160 @@ TEST(SinkReliability, ForkWhileThreadsLogNeverDeadlocksTheChild) {
       240);
   EXPECT_CHILD_OK(status) << " (3: a child deadlocked or failed; 4: lines "
                              "lost or written twice; 5: a child wrote)";
+}
+
+// ---------------------------------------------------------------- ranks
+
+// Sets the process rank for one test and clears it after, so that no other
+// test sees a distributed process.
+class ScopedProcessRank {
+ public:
+  ScopedProcessRank(int64_t rank, int64_t worldSize) {
+    setProcessRank(rank, worldSize);
+  }
+  ~ScopedProcessRank() {
+    clearProcessRank();
+  }
+  ScopedProcessRank(const ScopedProcessRank&) = delete;
+  ScopedProcessRank& operator=(const ScopedProcessRank&) = delete;
+};
+
+TEST(SinkRanks, ProcessRankIsSetClearedAndChecked) {
+  clearProcessRank();
+  EXPECT_FALSE(processRank().has_value());
+  {
+    ScopedProcessRank rank(3, 4);
+    ASSERT_TRUE(processRank().has_value());
+    EXPECT_EQ(*processRank(), (ProcessRank{3, 4}));
+    EXPECT_EQ(*distributedRank(), (ProcessRank{3, 4}));
+  }
+  EXPECT_FALSE(processRank().has_value());
+  {
+    ScopedProcessRank alone(0, 1); // a world of one is not distributed
+    EXPECT_TRUE(processRank().has_value());
+    EXPECT_FALSE(distributedRank().has_value());
+  }
+  test::expectValueError([] { setProcessRank(2, 2); }, {"rank must be"});
+  test::expectValueError([] { setProcessRank(-1, 2); }, {"rank must be"});
+  test::expectValueError([] { setProcessRank(0, 0); }, {"world size"});
+  test::expectValueError(
+      [] { setProcessRank(0, int64_t(1) << 31); }, {"world size"});
+  EXPECT_FALSE(processRank().has_value()); // a refused setting changes nothing
+}
+
+TEST(SinkRanks, RankPathPerMode) {
+  using sinks::RankFiles;
+  using sinks::rankPath;
+  clearProcessRank();
+  EXPECT_EQ(rankPath("runs/a", RankFiles::Separate, true), "runs/a");
+  EXPECT_EQ(rankPath("runs/a", RankFiles::Zero, true), "runs/a");
+  {
+    ScopedProcessRank rank(1, 2);
+    EXPECT_EQ(rankPath("runs/a", RankFiles::Separate, true), "runs/a/rank1");
+    EXPECT_EQ(
+        rankPath("runs/e.jsonl", RankFiles::Separate, false),
+        "runs/rank1/e.jsonl");
+    EXPECT_EQ(rankPath("e.jsonl", RankFiles::Separate, false), "rank1/e.jsonl");
+    EXPECT_EQ(
+        rankPath("/dev/null", RankFiles::Separate, false), "/dev/null");
+    EXPECT_FALSE(rankPath("runs/a", RankFiles::Zero, true).has_value());
+  }
+  {
+    ScopedProcessRank rank(0, 2);
+    EXPECT_EQ(rankPath("runs/a", RankFiles::Zero, true), "runs/a");
+  }
+  EXPECT_EQ(
+      sinks::rankFilesFromName("zero", "ranks"), sinks::RankFiles::Zero);
+  EXPECT_STREQ(sinks::rankFilesName(sinks::RankFiles::Separate), "separate");
+  test::expectValueError(
+      [] { sinks::rankFilesFromName("all", "TensorBoardWriter: ranks"); },
+      {"TensorBoardWriter: ranks must be \"separate\""});
+}
+
+TEST(SinkRanks, EachRankWritesItsOwnRunAndRankZeroOnlyOnRequest) {
+  TempDir dir;
+  const std::string logdir = dir / "tb";
+  {
+    ScopedProcessRank rank(1, 2);
+    auto tb = std::make_shared<sinks::TensorBoardWriter>(logdir, slowFlush());
+    EXPECT_EQ(tb->logdir(), logdir);
+    EXPECT_EQ(tb->runDir(), logdir + "/rank1");
+    tb->handle(statEvent({{"x", 1.0}}));
+    tb->close();
+    EXPECT_EQ(readScalars(logdir + "/rank1")["x"].size(), 1u);
+
+    auto zeroOptions = slowFlush();
+    zeroOptions.ranks = sinks::RankFiles::Zero;
+    auto quiet = std::make_shared<sinks::TensorBoardWriter>(
+        dir / "zero", zeroOptions);
+    EXPECT_EQ(quiet->runDir(), "");
+    quiet->handle(statEvent({{"x", 1.0}}));
+    quiet->addScalar("y", 2.0, 0);
+    quiet->close();
+    EXPECT_EQ(quiet->filePath(), "");
+    EXPECT_FALSE(fs::exists(dir / "zero")); // no file, no folder
+  }
+  // Rank 0 of the same job writes its own run beside rank 1's.
+  ScopedProcessRank rank(0, 2);
+  auto tb = std::make_shared<sinks::TensorBoardWriter>(logdir, slowFlush());
+  tb->handle(statEvent({{"x", 5.0}}));
+  tb->close();
+  EXPECT_EQ(readScalars(logdir + "/rank0")["x"].size(), 1u);
+  // Nothing but the two runs in the log directory: no rank folded in.
+  EXPECT_EQ(
+      filesIn(logdir),
+      (std::vector<std::string>{logdir + "/rank0", logdir + "/rank1"}));
+}
+
+TEST(SinkRanks, JsonLinesCarryTheRankAndGoToTheRanksFile) {
+  TempDir dir;
+  const std::string path = dir / "logs/events.jsonl";
+  sinks::JsonLinesWriterOptions options;
+  options.flushInterval = std::chrono::hours(1);
+  {
+    ScopedProcessRank rank(1, 4);
+    auto writer = std::make_shared<sinks::JsonLinesWriter>(path, options);
+    EXPECT_EQ(writer->path(), path);
+    EXPECT_EQ(writer->filePath(), dir / "logs/rank1/events.jsonl");
+    Event e = statEvent({{"a", int64_t(1)}});
+    e.step = 7;
+    writer->handle(e);
+    writer->close();
+  }
+  const auto lines = linesOf(readFile(dir / "logs/rank1/events.jsonl"));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(
+      lines[0].find(",\"step\":7,\"rank\":1,\"world_size\":4,\"data\":{"),
+      std::string::npos)
+      << lines[0];
+  EXPECT_FALSE(fs::exists(path));
+  // Not distributed: no rank in the line, the path as given.
+  std::string line;
+  sinks::text::appendJsonLine(line, statEvent({{"a", int64_t(1)}}));
+  EXPECT_EQ(line.find("rank"), std::string::npos);
+}
+
+TEST(SinkRanks, InheritedWriterWarnsOnceInTheForkedChild) {
+  TempDir dir;
+  auto jsonl = std::make_shared<sinks::JsonLinesWriter>(dir / "e.jsonl");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int warned = 0;
+    {
+      CapturedWarnings warnings;
+      for (int i = 0; i < 3; ++i) {
+        jsonl->handle(statEvent({{"x", 1.0}}));
+      }
+      for (const auto& m : warnings.messages) {
+        warned += m.find("before fork()") != std::string::npos;
+      }
+    }
+    std::_Exit(warned == 1 ? 0 : 1);
+  }
+  test::expectChildExitedCleanly(child, "one fork warning in the child");
+  jsonl->close();
+  EXPECT_TRUE(linesOf(readFile(dir / "e.jsonl")).empty());
 }
 
 } // namespace

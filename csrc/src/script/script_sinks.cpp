@@ -211,12 +211,14 @@ Self<TensorBoardWriter> makeTensorBoardWriter(
     double flushInterval,
     int64_t maxBufferBytes,
     std::vector<std::string> eventNames,
-    std::string stepKey) {
+    std::string stepKey,
+    const std::string& ranks) {
   sinks::TensorBoardWriterOptions options;
   options.flushInterval = sinks::flushIntervalFromSeconds(flushInterval);
   options.maxBufferBytes = bufferBytes(maxBufferBytes);
   options.eventNames = std::move(eventNames);
   options.stepKey = std::move(stepKey);
+  options.ranks = sinks::rankFilesFromName(ranks, "TensorBoardWriter: ranks");
   return makeSink<TensorBoardWriter>(std::move(logdir), std::move(options));
 }
 
@@ -226,19 +228,23 @@ void registerTensorBoardWriter(torch::Library& m) {
   defineFlatten(cls, [](ScriptSink<S>& self) {
     return fileSinkConfig(
         {{"log_dir", self.get().logdir()},
-         {"step_key", self.get().options().stepKey}},
+         {"step_key", self.get().options().stepKey},
+         {"ranks", std::string(sinks::rankFilesName(self.get().options().ranks))}},
         self.get().options());
   });
   cls.def(
       torch::init(&makeTensorBoardWriter),
       "TensorBoardWriter(log_dir, flush_interval=1.0, max_buffer_bytes=32 MiB, "
-      "event_names=['torch.monitor.Stat'] ([]: every event), step_key='')",
+      "event_names=['torch.monitor.Stat'] ([]: every event), step_key='', "
+      "ranks='separate' (distributed: a rank<r> folder per rank; 'zero': "
+      "rank 0 only))",
       {torch::arg("log_dir"),
        torch::arg("flush_interval") = 1.0,
        torch::arg("max_buffer_bytes") = int64_t(32) << 20,
        torch::arg("event_names") =
            c10::IValue(c10::List<std::string>({std::string(kStatEventName)})),
-       torch::arg("step_key") = std::string()});
+       torch::arg("step_key") = std::string(),
+       torch::arg("ranks") = std::string("separate")});
   defineSinkMethods(cls)
       .def(
           "add_scalar",
@@ -304,12 +310,15 @@ void registerTensorBoardWriter(torch::Library& m) {
           [](TensorBoardState state) {
             auto& [version, logdir, interval, bytes, names, stepKey] = state;
             checkVersion(version, "TensorBoardWriter");
+            // The state is as it was before ranks existed (archives stay
+            // loadable): a loaded writer keeps ranks apart by default.
             return makeTensorBoardWriter(
                 std::move(logdir),
                 interval,
                 bytes,
                 std::move(names),
-                std::move(stepKey));
+                std::move(stepKey),
+                "separate");
           });
 }
 
@@ -318,12 +327,14 @@ Self<JsonLinesWriter> makeJsonLinesWriter(
     double flushInterval,
     int64_t maxBufferBytes,
     std::vector<std::string> eventNames,
-    bool append) {
+    bool append,
+    const std::string& ranks) {
   sinks::JsonLinesWriterOptions options;
   options.flushInterval = sinks::flushIntervalFromSeconds(flushInterval);
   options.maxBufferBytes = bufferBytes(maxBufferBytes);
   options.eventNames = std::move(eventNames);
   options.append = append;
+  options.ranks = sinks::rankFilesFromName(ranks, "JsonLinesWriter: ranks");
   return makeSink<JsonLinesWriter>(std::move(path), std::move(options));
 }
 
@@ -332,18 +343,22 @@ void registerJsonLinesWriter(torch::Library& m) {
   auto cls = m.class_<ScriptSink<S>>("JsonLinesWriter");
   defineFlatten(cls, [](ScriptSink<S>& self) {
     return fileSinkConfig(
-        {{"path", self.get().path()}, {"append", self.get().options().append}},
+        {{"path", self.get().path()},
+         {"append", self.get().options().append},
+         {"ranks", std::string(sinks::rankFilesName(self.get().options().ranks))}},
         self.get().options());
   });
   cls.def(
       torch::init(&makeJsonLinesWriter),
       "JsonLinesWriter(path, flush_interval=1.0, max_buffer_bytes=32 MiB, "
-      "event_names=[] (every event), append=True)",
+      "event_names=[] (every event), append=True, ranks='separate' "
+      "(distributed: <dir>/rank<r>/<name> per rank; 'zero': rank 0 only))",
       {torch::arg("path"),
        torch::arg("flush_interval") = 1.0,
        torch::arg("max_buffer_bytes") = int64_t(32) << 20,
        torch::arg("event_names") = c10::IValue(c10::List<std::string>()),
-       torch::arg("append") = true});
+       torch::arg("append") = true,
+       torch::arg("ranks") = std::string("separate")});
   defineSinkMethods(cls)
       .def("path", [](const Self<S>& self) { return self->get().path(); })
       .def_pickle(
@@ -360,8 +375,14 @@ void registerJsonLinesWriter(torch::Library& m) {
             auto& [version, path, interval, bytes, names] = state;
             checkVersion(version, "JsonLinesWriter");
             // Never truncate a log because a model was loaded.
+            // Ranks: as for TensorBoardWriter's state.
             return makeJsonLinesWriter(
-                std::move(path), interval, bytes, std::move(names), true);
+                std::move(path),
+                interval,
+                bytes,
+                std::move(names),
+                true,
+                "separate");
           });
 }
 
@@ -586,13 +607,15 @@ c10::IValue newTensorBoardWriter(
     double flushIntervalSeconds,
     int64_t maxBufferBytes,
     std::vector<std::string> eventNames,
-    std::string stepKey) {
+    std::string stepKey,
+    const std::string& ranks) {
   return c10::IValue(makeTensorBoardWriter(
       std::move(logdir),
       flushIntervalSeconds,
       maxBufferBytes,
       std::move(eventNames),
-      std::move(stepKey)));
+      std::move(stepKey),
+      ranks));
 }
 
 c10::IValue newJsonLinesWriter(
@@ -600,13 +623,15 @@ c10::IValue newJsonLinesWriter(
     double flushIntervalSeconds,
     int64_t maxBufferBytes,
     std::vector<std::string> eventNames,
-    bool append) {
+    bool append,
+    const std::string& ranks) {
   return c10::IValue(makeJsonLinesWriter(
       std::move(path),
       flushIntervalSeconds,
       maxBufferBytes,
       std::move(eventNames),
-      append));
+      append,
+      ranks));
 }
 
 c10::IValue newConsoleHandler(

@@ -4,6 +4,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/process_rank.h>
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
 #include <torch_monitor/sinks/text_format.h>
 
@@ -22,10 +23,11 @@ struct JsonLinesWriter::Impl {
   Impl(std::string file, JsonLinesWriterOptions opts, ProblemLog& problems)
       : path(std::move(file)),
         options(std::move(opts)),
+        filePath(rankPath(path, options.ranks, /*isDirectory=*/false)),
         filter(options.eventNames),
         writer(
             detail::FileLayout{
-                [this] { return path; },
+                [this] { return *filePath; },
                 [] { return std::string(); },
                 &lineEnd,
                 /*exclusive=*/false,
@@ -36,6 +38,9 @@ struct JsonLinesWriter::Impl {
 
   const std::string path;
   const JsonLinesWriterOptions options;
+  // Nothing on a rank that writes nothing (RankFiles::Zero): then no file
+  // is opened and every event is ignored.
+  const std::optional<std::string> filePath;
   const EventNameFilter filter;
   detail::BufferedFileWriter writer;
 };
@@ -66,7 +71,9 @@ JsonLinesWriter::JsonLinesWriter(std::string path, JsonLinesWriterOptions option
       "/events.jsonl'");
   impl_ =
       std::make_unique<Impl>(std::move(path), std::move(options), problemLog());
-  impl_->writer.start();
+  if (impl_->filePath) {
+    impl_->writer.start();
+  }
 }
 
 JsonLinesWriter::~JsonLinesWriter() {
@@ -74,14 +81,14 @@ JsonLinesWriter::~JsonLinesWriter() {
 }
 
 void JsonLinesWriter::handle(const Event& event) {
-  if (!impl_->filter.accepts(event.name)) {
+  if (!impl_->filePath || !impl_->filter.accepts(event.name)) {
     return;
   }
   // Encoded outside the lock into a per-thread scratch (sorting keys and
   // formatting numbers is the slow part); only the copy is serialised.
   thread_local std::string line;
   line.clear();
-  text::appendJsonLine(line, event);
+  text::appendJsonLine(line, event, distributedRank());
   impl_->writer.append([&](std::string& buffer) {
     buffer.append(line);
     return size_t(1);
@@ -102,6 +109,11 @@ const std::string& JsonLinesWriter::path() const noexcept {
 
 const JsonLinesWriterOptions& JsonLinesWriter::options() const noexcept {
   return impl_->options;
+}
+
+const std::string& JsonLinesWriter::filePath() const noexcept {
+  static const std::string none;
+  return impl_->filePath ? *impl_->filePath : none;
 }
 
 void JsonLinesWriter::closeOutput() {

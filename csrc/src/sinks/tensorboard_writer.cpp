@@ -75,10 +75,11 @@ struct TensorBoardWriter::Impl {
   Impl(std::string dir, TensorBoardWriterOptions opts, ProblemLog& problems)
       : logdir(std::move(dir)),
         options(std::move(opts)),
+        runDir(rankPath(logdir, options.ranks, /*isDirectory=*/true)),
         filter(options.eventNames),
         writer(
             detail::FileLayout{
-                [this] { return eventFileName(logdir); },
+                [this] { return eventFileName(*runDir); },
                 [] {
                   std::string header;
                   tensorboard::appendRecord(
@@ -130,6 +131,9 @@ struct TensorBoardWriter::Impl {
       std::optional<int64_t> step,
       double wallTime,
       const Write& write) {
+    if (!runDir) {
+      return;
+    }
     if (!std::isfinite(wallTime)) {
       wallTime = nowSeconds();
     }
@@ -143,6 +147,9 @@ struct TensorBoardWriter::Impl {
 
   const std::string logdir;
   const TensorBoardWriterOptions options;
+  // Nothing on a rank that writes nothing (RankFiles::Zero): then no file
+  // is made and every point is ignored.
+  const std::optional<std::string> runDir;
   const EventNameFilter filter;
   std::unordered_map<std::string, TagState> tags; // under the buffer lock
   detail::BufferedFileWriter writer;
@@ -187,7 +194,9 @@ TensorBoardWriter::TensorBoardWriter(
   }
   impl_ = std::make_unique<Impl>(
       std::move(logdir), std::move(options), problemLog());
-  impl_->writer.start();
+  if (impl_->runDir) {
+    impl_->writer.start();
+  }
 }
 
 TensorBoardWriter::~TensorBoardWriter() {
@@ -196,7 +205,7 @@ TensorBoardWriter::~TensorBoardWriter() {
 
 void TensorBoardWriter::handle(const Event& event) {
   Impl& impl = *impl_;
-  if (!impl.filter.accepts(event.name)) {
+  if (!impl.runDir || !impl.filter.accepts(event.name)) {
     return;
   }
   // Integral microseconds: never NaN.
@@ -252,7 +261,7 @@ void TensorBoardWriter::addHistogram(
     const at::Tensor& values,
     std::optional<int64_t> step,
     double wallTime) {
-  // Bad values throw here, before anything is buffered.
+  // Bad values throw here, before anything is buffered (on every rank).
   const Histogram histogram = computeHistogram(values);
   impl_->appendPoint(
       tag,
@@ -283,6 +292,11 @@ const std::string& TensorBoardWriter::logdir() const noexcept {
 
 const TensorBoardWriterOptions& TensorBoardWriter::options() const noexcept {
   return impl_->options;
+}
+
+const std::string& TensorBoardWriter::runDir() const noexcept {
+  static const std::string none;
+  return impl_->runDir ? *impl_->runDir : none;
 }
 
 std::string TensorBoardWriter::filePath() const {

@@ -276,7 +276,10 @@ void appendDataValue(
 
 } // namespace
 
-void appendJsonLine(std::string& out, const Event& event) {
+void appendJsonLine(
+    std::string& out,
+    const Event& event,
+    std::optional<ProcessRank> rank) {
   const int64_t micros = toEpochMicros(event.timestamp);
   out += "{\"name\":";
   appendJsonString(out, event.name);
@@ -287,6 +290,12 @@ void appendJsonLine(std::string& out, const Event& event) {
   if (event.step) {
     out += ",\"step\":";
     out += std::to_string(*event.step);
+  }
+  if (rank) {
+    out += ",\"rank\":";
+    out += std::to_string(rank->rank);
+    out += ",\"world_size\":";
+    out += std::to_string(rank->worldSize);
   }
   out += ",\"data\":{";
   bool first = true;

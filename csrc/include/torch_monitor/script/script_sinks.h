@@ -45,13 +45,15 @@ TORCH_MONITOR_API c10::IValue newTensorBoardWriter(
     double flushIntervalSeconds,
     int64_t maxBufferBytes,
     std::vector<std::string> eventNames,
-    std::string stepKey);
+    std::string stepKey,
+    const std::string& ranks);
 TORCH_MONITOR_API c10::IValue newJsonLinesWriter(
     std::string path,
     double flushIntervalSeconds,
     int64_t maxBufferBytes,
     std::vector<std::string> eventNames,
-    bool append);
+    bool append,
+    const std::string& ranks);
 TORCH_MONITOR_API c10::IValue newConsoleHandler(
     const std::string& stream,
     std::vector<std::string> eventNames);

@@ -8,6 +8,7 @@
 
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
+#include <torch_monitor/sinks/rank_files.h>
 #include <torch_monitor/sinks/sink.h>
 
 namespace torch_monitor::sinks {
@@ -20,6 +21,10 @@ struct JsonLinesWriterOptions {
   std::vector<std::string> eventNames;
   // Append to an existing file (default) or start it anew.
   bool append = true;
+  // In a distributed job (process_rank.h): each rank writes to its own
+  // file, "<dir>/rank<r>/<name>" for path "<dir>/<name>", or only rank 0
+  // writes, to path. A FIFO or device path is shared as given.
+  RankFiles ranks = RankFiles::Separate;
 };
 
 // Writes one JSON object per event and line (JSON Lines):
@@ -27,7 +32,9 @@ struct JsonLinesWriterOptions {
 //    "epoch_seconds":1714566896.123456,"step":1200,
 //    "data":{"loss.mean":0.25,"n":3}}
 // "step" (an integer) is there only when the event has a step (a Stat's
-// event has one once the training loop calls setStep).
+// event has one once the training loop calls setStep); "rank" and
+// "world_size" only in a distributed job (distributedRank(), read per
+// event), whose ranks write separate files by default (options.ranks).
 // Types are kept: ints as JSON integers, doubles as numbers that always
 // read back as floats (NaN/Infinity as the strings "NaN", "Infinity",
 // "-Infinity"), bools as true/false, strings as strings. Any name, key or
@@ -48,8 +55,12 @@ class TORCH_MONITOR_API JsonLinesWriter final : public Sink {
   void flush() override;
   int64_t dropped() const override;
 
+  // The path as given (what is saved with a TorchScript module).
   const std::string& path() const noexcept;
   const JsonLinesWriterOptions& options() const noexcept;
+  // The file this process writes: path, or its per-rank path in a
+  // distributed job; "" on a rank that writes nothing (RankFiles::Zero).
+  const std::string& filePath() const noexcept;
 
  protected:
   void closeOutput() override;

@@ -11,6 +11,7 @@
 
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
+#include <torch_monitor/sinks/rank_files.h>
 #include <torch_monitor/sinks/sink.h>
 
 namespace at {
@@ -32,6 +33,10 @@ struct TensorBoardWriterOptions {
   // step of all the event's other values (and is not written itself), in
   // place of the event's own step.
   std::string stepKey;
+  // In a distributed job (process_rank.h): each rank writes to
+  // "<logdir>/rank<r>" (one TensorBoard run per rank), or only rank 0
+  // writes, to logdir.
+  RankFiles ranks = RankFiles::Separate;
 };
 
 // Writes events as TensorBoard scalars, without protobuf: an event-file
@@ -45,7 +50,9 @@ struct TensorBoardWriterOptions {
 // only the points without a step advance). Doubles and ints are
 // written as float32 (TensorBoard's simple_value), bools as 0/1, strings are
 // skipped. addScalar() and addHistogram() write points directly, like
-// SummaryWriter.
+// SummaryWriter. In a distributed job the files go to a folder per rank, or
+// only rank 0 writes (TensorBoardWriterOptions::ranks); the rank is read
+// when the writer is made.
 //
 // handle() only encodes into memory (~0.1 µs per scalar); a background
 // thread writes whole records every flushInterval, and on flush(), close(),
@@ -99,9 +106,14 @@ class TORCH_MONITOR_API TensorBoardWriter final : public Sink {
   void flush() override;
   int64_t dropped() const override;
 
+  // The log directory as given (what is saved with a TorchScript module).
   const std::string& logdir() const noexcept;
   const TensorBoardWriterOptions& options() const noexcept;
-  // The event file being written ("" while it cannot be created).
+  // The folder this process writes to: logdir, or its "rank<r>" folder in a
+  // distributed job; "" on a rank that writes nothing (RankFiles::Zero).
+  const std::string& runDir() const noexcept;
+  // The event file being written ("" while it cannot be created, and on a
+  // rank that writes nothing).
   std::string filePath() const;
 
  protected:

@@ -5,11 +5,13 @@
 // numbers and UTC timestamps. Every function appends to `out`.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
+#include <torch_monitor/process_rank.h>
 
 namespace torch_monitor::sinks::text {
 
@@ -39,11 +41,15 @@ TORCH_MONITOR_API void appendIso8601Utc(std::string& out, int64_t epochMicros);
 TORCH_MONITOR_API void appendEpochSeconds(std::string& out, int64_t epochMicros);
 
 // One JSON Lines record, newline included:
-// {"name":...,"timestamp":"<ISO-8601>","epoch_seconds":<s.us>[,"step":<int>],
-// "data":{...}} ("step" only when the event has one)
+// {"name":...,"timestamp":"<ISO-8601>","epoch_seconds":<s.us>[,"step":<int>]
+// [,"rank":<int>,"world_size":<int>],"data":{...}} ("step" only when the
+// event has one, "rank" and "world_size" only when `rank` is given)
 // with data keys sorted; ints as JSON integers, doubles as above, bools as
 // true/false, strings as strings.
-TORCH_MONITOR_API void appendJsonLine(std::string& out, const Event& event);
+TORCH_MONITOR_API void appendJsonLine(
+    std::string& out,
+    const Event& event,
+    std::optional<ProcessRank> rank = std::nullopt);
 
 // One human-readable line, newline included:
 // 2024-05-01T12:34:56.123456Z torch.monitor.Stat loss.mean=0.25 n=3 ok=true s="x"
