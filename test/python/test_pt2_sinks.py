@@ -61,6 +61,7 @@ def expected_config(tm, name, sink, tmp_path):
             log_dir=str(tmp_path / "tb"),
             step_key="step",
             event_names=[tm.STAT_EVENT],
+            ranks="separate",
         ),
         "JsonLinesWriter": dict(
             file_sink,
@@ -68,6 +69,7 @@ def expected_config(tm, name, sink, tmp_path):
             path=str(tmp_path / "log.jsonl"),
             append=False,
             event_names=["x"],
+            ranks="separate",
         ),
         "ConsoleHandler": {"stream": "stdout", "event_names": ["nothing"]},
         "MemoryHandler": {"capacity": 7, "event_names": []},

@@ -147,8 +147,8 @@ def test_rank_from_torchrun_environment_and_by_hand(tmp_path):
         assert tm.process_rank() is None
         jl = tm.JsonLinesWriter(os.path.join(out, "e.jsonl"))
         assert jl.file_path == jl.path
-        jl(tm.Event("x", __import__("datetime").datetime.now(), {{"v": 1}}))
-        jl.close()
+        with jl:
+            tm.log_event(tm.Event("x", __import__("datetime").datetime.now(), {{"v": 1}}))
         assert "rank" not in json.loads(open(jl.path).read())
 
         tm.set_process_rank(0, 1)  # a world of one is not distributed either
