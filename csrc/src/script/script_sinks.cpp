@@ -229,7 +229,8 @@ void registerTensorBoardWriter(torch::Library& m) {
     return fileSinkConfig(
         {{"log_dir", self.get().logdir()},
          {"step_key", self.get().options().stepKey},
-         {"ranks", std::string(sinks::rankFilesName(self.get().options().ranks))}},
+         {"ranks",
+          std::string(sinks::rankFilesName(self.get().options().ranks))}},
         self.get().options());
   });
   cls.def(
@@ -345,7 +346,8 @@ void registerJsonLinesWriter(torch::Library& m) {
     return fileSinkConfig(
         {{"path", self.get().path()},
          {"append", self.get().options().append},
-         {"ranks", std::string(sinks::rankFilesName(self.get().options().ranks))}},
+         {"ranks",
+          std::string(sinks::rankFilesName(self.get().options().ranks))}},
         self.get().options());
   });
   cls.def(
