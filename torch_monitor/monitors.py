@@ -34,6 +34,7 @@ from ._checks import strict_bool
 __all__ = [
     "DifferenceMonitor",
     "InputMonitor",
+    "Monitor",
     "MonitorConstructor",
     "MultiStateMonitor",
     "OutputMonitor",
@@ -420,20 +421,27 @@ class _Monitor(nn.Module):
             return  # a deep copy of the module already carries our hooks
         if existing is not None:  # a copy of this monitor is on the module
             self._key = self._new_key()
-        pre, post = _make_hooks(self._key, module, *self._hook_sides())
+        pre, post, pre_kwargs, post_kwargs = self._hooks_for(module)
         module.__dict__[self._key] = self._core
         handles = []
         try:
             if pre is not None:
-                handles.append(module.register_forward_pre_hook(pre, prepend=self._prepend))
+                handles.append(module.register_forward_pre_hook(pre, **pre_kwargs))
             if post is not None:
-                handles.append(module.register_forward_hook(post, prepend=self._prepend))
+                handles.append(module.register_forward_hook(post, **post_kwargs))
         except BaseException:
             for handle in handles:
                 handle.remove()
             module.__dict__.pop(self._key, None)
             raise
         self._own_hooks(module, tuple(handles))
+
+    def _hooks_for(self, module: nn.Module):
+        """(pre-hook, hook, pre-hook kwargs, hook kwargs) to register on
+        ``module``; a hook is None when that side is not observed."""
+        pre, post = _make_hooks(self._key, module, *self._hook_sides())
+        kwargs = {"prepend": self._prepend}
+        return pre, post, kwargs, kwargs
 
     def _own_hooks(self, module: nn.Module, handles) -> None:
         self._handles = handles
@@ -994,3 +1002,82 @@ class MultiStateMonitor(_ObservingMonitor):
                        eval_update, prepend, filter_, map_, keep_graph)
 
         return constructor
+
+
+# ------------------------------------------------- monitors in Python
+
+
+def _method_hook(monitor_ref, name: str):
+    """A forward (pre-)hook calling the monitor's method ``name`` with the
+    hook's arguments, gated by its train/eval flags. Holds the monitor
+    weakly, so that dropping the monitor still removes its hooks."""
+
+    def hook(module, *args):
+        monitor = monitor_ref()
+        if monitor is None:
+            return None
+        if not (monitor.trainexec if module.training else monitor.evalexec):
+            return None
+        return getattr(monitor, name)(module, *args)
+
+    return hook
+
+
+class Monitor(_Monitor):
+    r"""Base for monitors written in Python (inferno's ``Monitor``).
+
+    ``prehook``/``posthook`` name methods of the subclass that run as the
+    module's forward pre-hook ``(module, args)`` and forward hook
+    ``(module, args, output)``, while ``module.training`` matches
+    ``train_update``/``eval_update``; ``prehook_kwargs``/``posthook_kwargs``
+    go to ``register_forward_pre_hook``/``register_forward_hook`` (e.g.
+    ``{"prepend": True}``). Registration, reading the reducer, gating flags
+    and deletion work as for the built-in monitors. The hooks are Python
+    code: eager mode only (the built-in monitors also run scripted).
+    Subclasses used with updaters implement ``partialconstructor``.
+    """
+
+    def __init__(
+        self,
+        reducer,
+        module: Optional[nn.Module] = None,
+        prehook: Optional[str] = None,
+        posthook: Optional[str] = None,
+        prehook_kwargs: Optional[Dict[str, Any]] = None,
+        posthook_kwargs: Optional[Dict[str, Any]] = None,
+        train_update: bool = True,
+        eval_update: bool = True,
+    ):
+        nn.Module.__init__(self)
+        for name in (prehook, posthook):
+            if name is not None and not callable(getattr(self, name, None)):
+                raise TypeError(f"{type(self).__name__} has no method {name!r} to run as a hook")
+        self._hook_names = (prehook, posthook)
+        self._hook_kwargs = (dict(prehook_kwargs or {}), dict(posthook_kwargs or {}))
+        self.reducer_ = reducer
+        core = self._new_core(
+            strict_bool(train_update, "train_update"), strict_bool(eval_update, "eval_update"), False
+        )
+        self._init_monitor(reducer, core, False, module)
+
+    @classmethod
+    def partialconstructor(cls, *args, **kwargs) -> MonitorConstructor:
+        raise NotImplementedError(
+            f"{cls.__name__}(Monitor) must implement the method `partialconstructor`."
+        )
+
+    def _new_core(self, train_update: bool, eval_update: bool, keep_graph: bool):
+        # Holds the reducer and the gating flags (the methods feed the
+        # reducer themselves).
+        return _C.DifferenceMonitorCore(
+            self.reducer_, type(self).__name__, train_update, eval_update,
+            None, None, None, keep_graph,
+        )
+
+    def _hooks_for(self, module: nn.Module):
+        ref = weakref.ref(self)
+        pre, post = (None if name is None else _method_hook(ref, name) for name in self._hook_names)
+        return (pre, post) + self._hook_kwargs
+
+    def _adopt_hooks_of(self, module: nn.Module) -> bool:
+        return False  # a copied module's hooks call the original monitor

@@ -385,3 +385,42 @@ def test_python_callables_refuse_to_save(tmp_path):
     assert mon.peek().tolist() == [2.0] * 4  # map_ ran in the scripted hook
     with pytest.raises(RuntimeError, match="cannot save"):
         torch.jit.save(scripted, str(tmp_path / "x.pt"))
+
+
+# -------------------------------------------- monitors written in Python
+
+
+class Counting(tm.Monitor):
+    """A Python monitor (inferno's Monitor base): counts calls, feeds inputs."""
+
+    def __init__(self, reducer, module=None, **kwargs):
+        self.calls = []
+        tm.Monitor.__init__(self, reducer, module, prehook="_pre", posthook="_post",
+                            posthook_kwargs={"prepend": True}, **kwargs)
+
+    def _pre(self, module, args):
+        self.calls.append("pre")
+        self.reducer(*args)
+
+    def _post(self, module, args, output):
+        self.calls.append("post")
+
+
+def test_python_monitor_base_runs_named_methods_as_gated_hooks():
+    m = Neuron()
+    m.register_forward_hook(lambda *_: mon.calls.append("other"))
+    mon = Counting(tm.PassthroughReducer(1.0, duration=2.0), m, eval_update=False)
+    m(torch.ones(4))
+    assert mon.calls == ["pre", "post", "other"]  # posthook_kwargs: prepend
+    assert mon.peek().tolist() == [1.0] * 4
+    m.eval()
+    m(torch.ones(4))
+    assert mon.calls == ["pre", "post", "other", "other"]  # gated off
+    with pytest.raises(NotImplementedError, match="partialconstructor"):
+        Counting.partialconstructor()
+    with pytest.raises(TypeError, match="no method 'missing'"):
+        tm.Monitor(tm.PassthroughReducer(1.0), prehook="missing")
+    ref = weakref.ref(mon)
+    del mon
+    gc.collect()
+    assert ref() is None and len(m._forward_pre_hooks) == 0
