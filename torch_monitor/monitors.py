@@ -31,7 +31,15 @@ from torch.utils.hooks import RemovableHandle
 from . import _C, _internals
 from ._checks import strict_bool
 
-__all__ = ["DifferenceMonitor", "MonitorConstructor"]
+__all__ = [
+    "DifferenceMonitor",
+    "InputMonitor",
+    "Monitor",
+    "MonitorConstructor",
+    "MultiStateMonitor",
+    "OutputMonitor",
+    "StateMonitor",
+]
 
 #: ``constructor(attr, module) -> monitor``, as returned by ``partialconstructor``.
 MonitorConstructor = Callable[[str, nn.Module], "DifferenceMonitor"]
@@ -124,40 +132,60 @@ def _forward_types(module: nn.Module):
 _is_scripting = torch.jit.is_scripting
 _is_compiling = torch.compiler.is_compiling
 
-_HOOK_SOURCE = '''\
+_PRE_HOOK_SOURCE = '''\
 def {name}_before(self, input: _Input) -> None:
     if _is_scripting():
-        self.{key}.before({value}, self.training)
+        self.{key}.{method}({value}, self.training)
     elif _is_compiling():
-        self.{key}.before({value}, self.training)
+        self.{key}.{method}({value}, self.training)
     else:
-        _before(self)
+        {eager}
+'''
 
-
+_POST_HOOK_SOURCE = '''\
 def {name}_after(self, input: _Input, output: _Output) -> _Output:
     if _is_scripting():
-        self.{key}.after({value}, self.training)
+        self.{key}.{method}({value}, self.training)
     elif _is_compiling():
-        self.{key}.after({value}, self.training)
+        self.{key}.{method}({value}, self.training)
     else:
         _after(self, output)
     return output
 '''
 
+# The eager body of a one-hook monitor's hook (Input/Output/State/
+# MultiStateMonitor): the value expression evaluated in Python, then one call
+# into C++. `arg` is the hook's own argument the expression may use.
+_EAGER_OBSERVE_SOURCE = '''\
+def {name}_eager_{arg}(self, {arg}):
+    self.{key}.observe({value}, self.training)
+'''
 
-def _make_hooks(key: str, path: str, module: nn.Module):
-    """The (pre, post) forward hooks of the monitor stored as ``module.<key>``.
+
+class _HookSide(typing.NamedTuple):
+    """One forward hook of a monitor: which core method it calls with which
+    value (TorchScript source, a function of ``self`` and the hook's
+    ``input``/``output``)."""
+
+    method: str  # "before", "after" or "observe" of the monitor core
+    value: str
+
+
+def _make_hooks(key: str, module: nn.Module, pre: Optional[_HookSide], post: Optional[_HookSide]):
+    """The forward (pre-hook, hook) pair of the monitor stored as
+    ``module.<key>``; either is None when that side is not observed.
 
     Plain Python functions with real source (registered in ``linecache``) so
     that ``torch.jit.script`` compiles them with the module. Scripted, and
     while torch.compile or torch.export traces them, they call the monitor
     object's TorchScript methods (two branches with the same line: TorchScript
     skips the eager branch only under a bare ``is_scripting()`` call); in
-    eager mode they call the C functions of the binding instead. The post-hook returns its ``output``: TorchScript types a
+    eager mode a DifferenceMonitor calls the C functions of the binding
+    (which resolve the path in C++), and a one-hook monitor a small generated
+    function evaluating the same value expression. The post-hook returns its ``output``: TorchScript types a
     hook's ``output`` as the previous hook's return type, so returning None
     would break the next post-hook on the module.
     """
-    before, after = _C._difference_monitor_hooks(key)
     input_type, output_type = _forward_types(module)
     namespace = {
         "__name__": __name__,
@@ -165,13 +193,34 @@ def _make_hooks(key: str, path: str, module: nn.Module):
         "_Output": torch.Tensor if output_type is _UNKNOWN else output_type,
         "_is_scripting": _is_scripting,
         "_is_compiling": _is_compiling,
-        "_before": before,
-        "_after": after,
     }
-    if output_type is _UNKNOWN:
+    source = ""
+    if pre is not None and pre.method == "before":  # DifferenceMonitor
+        namespace["_before"], namespace["_after"] = _C._difference_monitor_hooks(key)
+        pre_eager = "_before(self)"
+    else:
+        for arg, side in (("input", pre), ("output", post)):
+            if side is not None:
+                source += _EAGER_OBSERVE_SOURCE.format(name=key, key=key, arg=arg, value=side.value)
+        pre_eager = f"{key}_eager_input(self, input)"
+        namespace["_after"] = None  # bound below, once the source has run
+    if pre is not None:
+        source += _PRE_HOOK_SOURCE.format(
+            name=key, key=key, method=pre.method, value=pre.value, eager=pre_eager
+        )
+    if post is not None:
+        source += _POST_HOOK_SOURCE.format(name=key, key=key, method=post.method, value=post.value)
+    filename = f"<torch_monitor monitor hooks {key} #{next(_ids)}>"
+    _internals.add_source_to_linecache(filename, source)
+    exec(compile(source, filename, "exec"), namespace)
+    if namespace["_after"] is None:
+        namespace["_after"] = namespace.get(f"{key}_eager_output")
+    if post is not None and output_type is _UNKNOWN:
         # forward() has no return annotation: type `output` after the first
         # value seen (TorchScript would infer the same from the body in the
         # usual cases; annotate forward() where it does not).
+        after = namespace["_after"]
+
         def _after_first(module, output, _namespace=namespace, _after=after):
             annotation = _annotation_of_value(output)
             if annotation is not _UNKNOWN:
@@ -180,19 +229,16 @@ def _make_hooks(key: str, path: str, module: nn.Module):
             return _after(module, output)
 
         namespace["_after"] = _after_first
-    source = _HOOK_SOURCE.format(name=key, key=key, value=_path_expression(path))
-    filename = f"<torch_monitor DifferenceMonitor hooks {key} #{next(_ids)}>"
-    _internals.add_source_to_linecache(filename, source)
-    exec(compile(source, filename, "exec"), namespace)
-    pre, post = namespace[f"{key}_before"], namespace[f"{key}_after"]
-    weakref.finalize(post, _internals.remove_source_from_linecache, filename)
-    return pre, post
+    hooks = (namespace.get(f"{key}_before"), namespace.get(f"{key}_after"))
+    anchor = hooks[1] if hooks[1] is not None else hooks[0]
+    weakref.finalize(anchor, _internals.remove_source_from_linecache, filename)
+    return hooks
 
 
-def _detach(pre_handle, post_handle, module_ref, key):
+def _detach(handles, module_ref, key):
     """Removes a monitor's hooks and its state attribute from the module."""
-    pre_handle.remove()
-    post_handle.remove()
+    for handle in handles:
+        handle.remove()
     module = module_ref()
     if module is not None:
         module.__dict__.pop(key, None)
@@ -214,7 +260,271 @@ def _core_flag(core_name: str, name: str, doc: str) -> property:
     return property(get, set, doc=doc)
 
 
-class DifferenceMonitor(nn.Module):
+def _checked_callable(fn, name: str):
+    if fn is not None and not callable(fn):
+        raise TypeError(f"{name} must be a callable or None, got {type(fn).__name__}")
+    return fn
+
+
+class _Monitor(nn.Module):
+    """What every monitor shares: a C++ core (``_C.DifferenceMonitorCore``, a
+    ``torch.classes.torch_monitor.DifferenceMonitor``) feeding the reducer,
+    stored on the monitored module as the attribute ``key``, and generated
+    forward hooks that call it. Subclasses say what the hooks observe
+    (``_hook_sides``) and how the core is built (``_new_core``).
+
+    The core is one C++ monitor for all of them: a DifferenceMonitor's
+    pre-hook calls ``before(value)`` (a copy is captured) and its post-hook
+    ``after(value)`` (feeds ``map_(value, captured)``); the hook of a
+    one-hook monitor calls ``observe(value)`` (feeds ``map_(value)``).
+    """
+
+    def _init_monitor(self, reducer, core, prepend, module) -> None:
+        self.reducer_ = reducer
+        self._core = core
+        self._prepend = strict_bool(prepend, "prepend")
+        self._key = self._new_key()
+        self._handles = None
+        self._observed = None
+        self._finalizer = None
+        if module is not None:
+            self.register(module)
+
+    @classmethod
+    def _new_key(cls) -> str:
+        return f"_torch_monitor_{cls.__name__[:-len('Monitor')].lower()}_{next(_ids)}"
+
+    def _hook_sides(self):
+        """(pre, post): the _HookSide of each forward hook, or None."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------- reading
+
+    @property
+    def reducer(self):
+        """The reducer fed by this monitor."""
+        return self.reducer_
+
+    @property
+    def latest(self) -> Optional[torch.Tensor]:
+        """The reducer's newest state (``peek()``)."""
+        latest = getattr(type(self.reducer_), "latest", None)
+        return self.reducer_.latest if latest is not None else self.reducer_.peek()
+
+    def peek(self, *args, **kwargs) -> Optional[torch.Tensor]:
+        """The reducer's newest state; None before the first record."""
+        return self.reducer_.peek(*args, **kwargs)
+
+    def view(self, time, tolerance: float = 1e-7) -> Optional[torch.Tensor]:
+        """The reducer's state ``time`` before the newest one."""
+        return self.reducer_.view(time, tolerance)
+
+    def dump(self, *args, **kwargs) -> Optional[torch.Tensor]:
+        """Every state the reducer keeps, newest first."""
+        return self.reducer_.dump(*args, **kwargs)
+
+    def clear(self, **kwargs) -> None:
+        """Forgets any value captured before forward() and clears the reducer
+        (``kwargs`` go to the reducer's ``clear``, e.g. ``keepshape=True``)."""
+        self._core.forget_all()
+        return self.reducer_.clear(**kwargs)
+
+    # ------------------------------------------------------- configuration
+
+    @property
+    def key(self) -> str:
+        """Name of the attribute holding this monitor's state on the module."""
+        return self._key
+
+    @property
+    def core(self) -> "_C.DifferenceMonitorCore":
+        """The ``torch.classes.torch_monitor.DifferenceMonitor`` object."""
+        return self._core
+
+    @property
+    def prepend(self) -> bool:
+        return self._prepend
+
+    keep_graph = _core_flag(
+        "keep_graph",
+        "keep_graph",
+        "Whether recorded values keep their autograd graph.",
+    )
+    trainexec = _core_flag(
+        "train_update",
+        "trainexec",
+        "Whether the hooks record while the module is in training mode.",
+    )
+    evalexec = _core_flag(
+        "eval_update",
+        "evalexec",
+        "Whether the hooks record while the module is in evaluation mode.",
+    )
+
+    # -------------------------------------------------------- registration
+
+    @property
+    def registered(self) -> bool:
+        """Whether the hooks are on a module."""
+        return self._handles is not None
+
+    @property
+    def module(self) -> Optional[nn.Module]:
+        """The module registered to last (None if gone or never registered)."""
+        return self._observed() if self._observed is not None else None
+
+    def register(self, module: Optional[nn.Module] = None) -> None:
+        """Adds the hooks to ``module``, or to the last module when None.
+
+        Raises:
+            RuntimeError: registered already (to ``module``), or no module
+                given and the last one is gone or there was none.
+        """
+        if module is not None:
+            if self.registered:
+                raise RuntimeError(
+                    f"{type(self).__name__} is already registered to a module; "
+                    "call deregister() before registering it again"
+                )
+            self._attach(module)
+        elif not self.registered:
+            module = self.module
+            if module is None:
+                raise RuntimeError(
+                    f"{type(self).__name__}.register() needs a module: this "
+                    "monitor was never registered, or its last module was "
+                    "garbage collected"
+                )
+            self._attach(module)
+
+    def deregister(self) -> None:
+        """Removes the hooks (and the state attribute) from the module; safe to
+        call when not registered."""
+        if self._finalizer is not None:
+            self._finalizer()  # runs _detach once
+        self._finalizer = None
+        self._handles = None
+
+    def _attach(self, module: nn.Module) -> None:
+        if not isinstance(module, nn.Module):
+            raise TypeError(
+                f"module must be a torch.nn.Module, got {type(module).__name__}"
+            )
+        if isinstance(module, torch.jit.ScriptModule):
+            raise TypeError(
+                f"cannot add a {type(self).__name__} to a ScriptModule: register "
+                "it on the nn.Module, then call torch.jit.script (the scripted "
+                "module keeps the hooks)"
+            )
+        existing = module.__dict__.get(self._key)
+        if existing is self._core and self._adopt_hooks_of(module):
+            return  # a deep copy of the module already carries our hooks
+        if existing is not None:  # a copy of this monitor is on the module
+            self._key = self._new_key()
+        pre, post, pre_kwargs, post_kwargs = self._hooks_for(module)
+        module.__dict__[self._key] = self._core
+        handles = []
+        try:
+            if pre is not None:
+                handles.append(module.register_forward_pre_hook(pre, **pre_kwargs))
+            if post is not None:
+                handles.append(module.register_forward_hook(post, **post_kwargs))
+        except BaseException:
+            for handle in handles:
+                handle.remove()
+            module.__dict__.pop(self._key, None)
+            raise
+        self._own_hooks(module, tuple(handles))
+
+    def _hooks_for(self, module: nn.Module):
+        """(pre-hook, hook, pre-hook kwargs, hook kwargs) to register on
+        ``module``; a hook is None when that side is not observed."""
+        pre, post = _make_hooks(self._key, module, *self._hook_sides())
+        kwargs = {"prepend": self._prepend}
+        return pre, post, kwargs, kwargs
+
+    def _own_hooks(self, module: nn.Module, handles) -> None:
+        self._handles = handles
+        self._observed = weakref.ref(module)
+        # Removes the hooks when this monitor is garbage collected; holds
+        # neither the monitor nor the module.
+        self._finalizer = weakref.finalize(
+            self, _detach, handles, weakref.ref(module), self._key
+        )
+
+    # ---------------------------------------------------- copies, pickling
+
+    def __deepcopy__(self, memo):
+        """A new monitor with a deep copy of the reducer.
+
+        Copied together with its module (one ``deepcopy`` of an object holding
+        both), the module's copy carries the hooks and, through ``memo``, the
+        same copied state and reducer: the copy records that module's calls.
+        It is registered to it (owns the hooks) when the module was copied
+        first, else ``register(module_copy)`` takes the hooks over.
+        Otherwise the copy is not registered.
+        """
+        cls = type(self)
+        new = cls.__new__(cls)
+        memo[id(self)] = new
+        nn.Module.__init__(new)
+        new.training = self.training
+        new.reducer_ = copy.deepcopy(self.reducer_, memo)
+        for name, value in self.__dict__.items():  # the subclass's settings
+            if name not in _UNPICKLED and name not in new.__dict__:
+                new.__dict__[name] = copy.deepcopy(value, memo)
+        new._core = copy.deepcopy(self._core, memo)
+        new._key = self._key  # the attribute a copied module holds it in
+        new._handles = None
+        new._observed = None
+        new._finalizer = None
+        module = self.module
+        copied = memo.get(id(module)) if self.registered and module is not None else None
+        if copied is not None and copied.__dict__.get(self._key) is new._core:
+            new._adopt_hooks_of(copied)
+        return new
+
+    def __getstate__(self):
+        """Pickles the configuration and the reducer; the copy is unregistered
+        (hooks are functions of the module, not of the monitor)."""
+        state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
+        state["_flags"] = (self.trainexec, self.evalexec, self.keep_graph)
+        return state
+
+    def __setstate__(self, state):
+        train_update, eval_update, keep_graph = state.pop("_flags")
+        self.__dict__.update(state)
+        self._core = self._new_core(train_update, eval_update, keep_graph)
+        self._key = self._new_key()
+        self._handles = None
+        self._observed = None
+        self._finalizer = None
+
+    def _adopt_hooks_of(self, module: nn.Module) -> bool:
+        """Takes over the hooks that a deep copy of the module carries."""
+        handles = []
+        pre, post = self._hook_sides()
+        for side, hooks, suffix in (
+            (pre, module._forward_pre_hooks, "_before"),
+            (post, module._forward_hooks, "_after"),
+        ):
+            if side is None:
+                continue
+            name = self._key + suffix
+            found = [i for i, fn in hooks.items() if getattr(fn, "__name__", None) == name]
+            if len(found) != 1:
+                return False
+            handle = RemovableHandle(hooks)
+            handle.id = found[0]
+            handles.append(handle)
+        self._own_hooks(module, tuple(handles))
+        return True
+
+
+_UNPICKLED = ("_core", "_key", "_handles", "_observed", "_finalizer")
+
+
+class DifferenceMonitor(_Monitor):
     r"""Records how an attribute of a module changes across each forward call.
 
     A forward pre-hook captures ``module.<attr>`` before ``forward()``, a
@@ -298,15 +608,15 @@ class DifferenceMonitor(nn.Module):
             op_,
             strict_bool(keep_graph, "keep_graph"),
         )
-        self.reducer_ = reducer
-        self._core = core
-        self._prepend = strict_bool(prepend, "prepend")
-        self._key = f"_torch_monitor_difference_{next(_ids)}"
-        self._handles = None
-        self._observed = None
-        self._finalizer = None
-        if module is not None:
-            self.register(module)
+        self._init_monitor(reducer, core, prepend, module)
+
+    @classmethod
+    def _new_key(cls) -> str:
+        return f"_torch_monitor_difference_{next(_ids)}"
+
+    def _hook_sides(self):
+        value = _path_expression(self.attr)
+        return _HookSide("before", value), _HookSide("after", value)
 
     @classmethod
     def partialconstructor(
@@ -340,57 +650,10 @@ class DifferenceMonitor(nn.Module):
 
         return constructor
 
-    # ------------------------------------------------------------- reading
-
-    @property
-    def reducer(self):
-        """The reducer fed by this monitor."""
-        return self.reducer_
-
-    @property
-    def latest(self) -> Optional[torch.Tensor]:
-        """The reducer's newest state (``peek()``)."""
-        latest = getattr(type(self.reducer_), "latest", None)
-        return self.reducer_.latest if latest is not None else self.reducer_.peek()
-
-    def peek(self, *args, **kwargs) -> Optional[torch.Tensor]:
-        """The reducer's newest state; None before the first record."""
-        return self.reducer_.peek(*args, **kwargs)
-
-    def view(self, time, tolerance: float = 1e-7) -> Optional[torch.Tensor]:
-        """The reducer's state ``time`` before the newest one."""
-        return self.reducer_.view(time, tolerance)
-
-    def dump(self, *args, **kwargs) -> Optional[torch.Tensor]:
-        """Every state the reducer keeps, newest first."""
-        return self.reducer_.dump(*args, **kwargs)
-
-    def clear(self, **kwargs) -> None:
-        """Forgets the value captured before forward() and clears the reducer
-        (``kwargs`` go to the reducer's ``clear``, e.g. ``keepshape=True``)."""
-        self._core.forget_all()
-        return self.reducer_.clear(**kwargs)
-
-    # ------------------------------------------------------- configuration
-
     @property
     def attr(self) -> str:
         """The monitored attribute path."""
         return self._core.attr
-
-    @property
-    def key(self) -> str:
-        """Name of the attribute holding this monitor's state on the module."""
-        return self._key
-
-    @property
-    def core(self) -> "_C.DifferenceMonitorCore":
-        """The ``torch.classes.torch_monitor.DifferenceMonitor`` object."""
-        return self._core
-
-    @property
-    def prepend(self) -> bool:
-        return self._prepend
 
     @property
     def filter_(self):
@@ -407,138 +670,10 @@ class DifferenceMonitor(nn.Module):
         """The custom op, or None for the default (subtraction)."""
         return self._core.op_
 
-    keep_graph = _core_flag(
-        "keep_graph",
-        "keep_graph",
-        "Whether recorded differences keep their autograd graph.",
-    )
-    trainexec = _core_flag(
-        "train_update",
-        "trainexec",
-        "Whether the hooks record while the module is in training mode.",
-    )
-    evalexec = _core_flag(
-        "eval_update",
-        "evalexec",
-        "Whether the hooks record while the module is in evaluation mode.",
-    )
-
-    # -------------------------------------------------------- registration
-
-    @property
-    def registered(self) -> bool:
-        """Whether the hooks are on a module."""
-        return self._handles is not None
-
-    @property
-    def module(self) -> Optional[nn.Module]:
-        """The module registered to last (None if gone or never registered)."""
-        return self._observed() if self._observed is not None else None
-
-    def register(self, module: Optional[nn.Module] = None) -> None:
-        """Adds the hooks to ``module``, or to the last module when None.
-
-        Raises:
-            RuntimeError: registered already (to ``module``), or no module
-                given and the last one is gone or there was none.
-        """
-        if module is not None:
-            if self.registered:
-                raise RuntimeError(
-                    f"{type(self).__name__} is already registered to a module; "
-                    "call deregister() before registering it again"
-                )
-            self._attach(module)
-        elif not self.registered:
-            module = self.module
-            if module is None:
-                raise RuntimeError(
-                    f"{type(self).__name__}.register() needs a module: this "
-                    "monitor was never registered, or its last module was "
-                    "garbage collected"
-                )
-            self._attach(module)
-
-    def deregister(self) -> None:
-        """Removes the hooks (and the state attribute) from the module; safe to
-        call when not registered."""
-        if self._finalizer is not None:
-            self._finalizer()  # runs _detach once
-        self._finalizer = None
-        self._handles = None
-
-    def _attach(self, module: nn.Module) -> None:
-        if not isinstance(module, nn.Module):
-            raise TypeError(
-                f"module must be a torch.nn.Module, got {type(module).__name__}"
-            )
-        if isinstance(module, torch.jit.ScriptModule):
-            raise TypeError(
-                "cannot add a DifferenceMonitor to a ScriptModule: register it "
-                "on the nn.Module, then call torch.jit.script (the scripted "
-                "module keeps the hooks)"
-            )
-        existing = module.__dict__.get(self._key)
-        if existing is self._core and self._adopt_hooks_of(module):
-            return  # a deep copy of the module already carries our hooks
-        if existing is not None:  # a copy of this monitor is on the module
-            self._key = f"_torch_monitor_difference_{next(_ids)}"
-        pre, post = _make_hooks(self._key, self.attr, module)
-        module.__dict__[self._key] = self._core
-        try:
-            pre_handle = module.register_forward_pre_hook(pre, prepend=self._prepend)
-            try:
-                post_handle = module.register_forward_hook(post, prepend=self._prepend)
-            except BaseException:
-                pre_handle.remove()
-                raise
-        except BaseException:
-            module.__dict__.pop(self._key, None)
-            raise
-        self._handles = (pre_handle, post_handle)
-        self._observed = weakref.ref(module)
-        # Removes the hooks when this monitor is garbage collected; holds
-        # neither the monitor nor the module.
-        self._finalizer = weakref.finalize(
-            self, _detach, pre_handle, post_handle, weakref.ref(module), self._key
-        )
-
     def extra_repr(self) -> str:
         return f"attr={self.attr!r}, registered={self.registered}"
 
-    # ---------------------------------------------------- copies, pickling
-
-    def __deepcopy__(self, memo):
-        """A new monitor with a deep copy of the reducer.
-
-        Copied together with its module (one ``deepcopy`` of an object holding
-        both), the module's copy carries the hooks and, through ``memo``, the
-        same copied state and reducer: the copy records that module's calls.
-        It is registered to it (owns the hooks) when the module was copied
-        first, else ``register(module_copy)`` takes the hooks over.
-        Otherwise the copy is not registered.
-        """
-        cls = type(self)
-        new = cls.__new__(cls)
-        memo[id(self)] = new
-        nn.Module.__init__(new)
-        new.training = self.training
-        new.reducer_ = copy.deepcopy(self.reducer_, memo)
-        new._core = copy.deepcopy(self._core, memo)
-        new._prepend = self._prepend
-        new._key = self._key  # the attribute a copied module holds it in
-        new._handles = None
-        new._observed = None
-        new._finalizer = None
-        module = self.module
-        copied = memo.get(id(module)) if self.registered and module is not None else None
-        if copied is not None and copied.__dict__.get(self._key) is new._core:
-            new._adopt_hooks_of(copied)
-        return new
-
     def __getstate__(self):
-        """Pickles the configuration and the reducer; the copy is unregistered
-        (hooks are functions of the module, not of the monitor)."""
         state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
         state["_config"] = (
             self.attr, self.trainexec, self.evalexec, self.filter_, self.map_, self.op_,
@@ -554,31 +689,395 @@ class DifferenceMonitor(nn.Module):
         self._core = _C.DifferenceMonitorCore(
             self.reducer_, attr, train_update, eval_update, filter_, map_, op_, keep_graph
         )
-        self._key = f"_torch_monitor_difference_{next(_ids)}"
+        self._key = self._new_key()
         self._handles = None
         self._observed = None
         self._finalizer = None
 
-    def _adopt_hooks_of(self, module: nn.Module) -> bool:
-        """Takes over the hooks that a deep copy of the module carries."""
-        ids = []
-        for hooks, suffix in ((module._forward_pre_hooks, "_before"), (module._forward_hooks, "_after")):
-            name = self._key + suffix
-            found = [i for i, fn in hooks.items() if getattr(fn, "__name__", None) == name]
-            if len(found) != 1:
-                return False
-            ids.append(found[0])
-        pre_id, post_id = ids
-        pre_handle = RemovableHandle(module._forward_pre_hooks)
-        pre_handle.id = pre_id
-        post_handle = RemovableHandle(module._forward_hooks)
-        post_handle.id = post_id
-        self._handles = (pre_handle, post_handle)
-        self._observed = weakref.ref(module)
-        self._finalizer = weakref.finalize(
-            self, _detach, pre_handle, post_handle, weakref.ref(module), self._key
+
+# ------------------------------------------------------ one-hook monitors
+
+
+def _resolve(module: nn.Module, attr: str):
+    """``module.<attr>`` for a dotted path (the module itself for "")."""
+    for part in attr.split(".") if attr else ():
+        module = getattr(module, part)
+    return module
+
+
+class _ObservingMonitor(_Monitor):
+    """A monitor with one hook that feeds ``map_(value)`` to the reducer when
+    ``filter_(value)`` holds; subclasses say what ``value`` is
+    (``_observed_value``), when (``_as_prehook``) and how the core names it
+    in errors (``_core_name``). Defaults as in inferno (those of the core's
+    ``observe``): ``filter_`` rejects None and empty tuples, ``map_`` feeds a
+    tuple's elements as the reducer's inputs and any other value as its one
+    input, as they are.
+    """
+
+    _as_prehook = False
+
+    def _setup(self, reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph):
+        self._filter = _checked_callable(filter_, "filter_")
+        self._map = _checked_callable(map_, "map_")
+        self.reducer_ = reducer
+        core = self._new_core(
+            strict_bool(train_update, "train_update"),
+            strict_bool(eval_update, "eval_update"),
+            strict_bool(keep_graph, "keep_graph"),
         )
-        return True
+        self._init_monitor(reducer, core, prepend, module)
+
+    def _new_core(self, train_update: bool, eval_update: bool, keep_graph: bool):
+        # The core calls filter_/map_ with (value, captured); nothing is
+        # captured here, so the user's one-argument callables get the value.
+        user_filter, user_map = self._filter, self._map
+        filter_ = None if user_filter is None else (lambda value, _: user_filter(value))
+        map_ = None if user_map is None else (lambda value, _: user_map(value))
+        return _C.DifferenceMonitorCore(
+            self.reducer_, self._core_name(), train_update, eval_update,
+            filter_, map_, None, keep_graph,
+        )
+
+    def _core_name(self) -> str:
+        raise NotImplementedError
+
+    def _observed_value(self) -> str:
+        """TorchScript source of the observed value (``self``, ``input``,
+        ``output`` in scope)."""
+        raise NotImplementedError
+
+    def _hook_sides(self):
+        side = _HookSide("observe", self._observed_value())
+        return (side, None) if self._as_prehook else (None, side)
+
+    @property
+    def filter_(self):
+        """The custom filter, or None for the default."""
+        return self._filter
+
+    @property
+    def map_(self):
+        """The custom map, or None for the default."""
+        return self._map
+
+    @property
+    def as_prehook(self) -> bool:
+        """Whether the value is read before ``forward()`` (else after)."""
+        return self._as_prehook
+
+    def extra_repr(self) -> str:
+        return f"{self._core_name()!r}, registered={self.registered}"
 
 
-_UNPICKLED = ("_core", "_key", "_handles", "_observed", "_finalizer")
+class InputMonitor(_ObservingMonitor):
+    r"""Records the inputs of each forward call of a module (inferno's
+    ``InputMonitor``).
+
+    A forward pre-hook hands the tuple of positional inputs to
+    ``filter_(inputs) -> bool`` (default: reject None) and then to
+    ``map_(inputs) -> tuple of tensors`` (default: the inputs themselves),
+    unpacked as the reducer's inputs. Other arguments, gating, registration
+    and saving as for :class:`DifferenceMonitor`. Unlike inferno 0.0.5 the
+    history is detached from autograd unless ``keep_graph=True``.
+    """
+
+    _as_prehook = True
+
+    def __init__(
+        self,
+        reducer,
+        module: Optional[nn.Module] = None,
+        train_update: bool = True,
+        eval_update: bool = True,
+        prepend: bool = False,
+        filter_: Optional[Callable[[Tuple[Any, ...]], bool]] = None,
+        map_: Optional[Callable[[Tuple[Any, ...]], Tuple[torch.Tensor, ...]]] = None,
+        keep_graph: bool = False,
+    ):
+        nn.Module.__init__(self)
+        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph)
+
+    def _core_name(self) -> str:
+        return "input"
+
+    def _observed_value(self) -> str:
+        return "input"
+
+    @classmethod
+    def partialconstructor(
+        cls,
+        reducer,
+        train_update: bool = True,
+        eval_update: bool = True,
+        prepend: bool = False,
+        filter_: Optional[Callable[[Tuple[Any, ...]], bool]] = None,
+        map_: Optional[Callable[[Tuple[Any, ...]], Tuple[torch.Tensor, ...]]] = None,
+        keep_graph: bool = False,
+    ) -> MonitorConstructor:
+        """``constructor(attr, module)`` registering a monitor on the submodule
+        ``module.<attr>``, as in inferno."""
+
+        def constructor(attr: str, module: nn.Module) -> "InputMonitor":
+            return cls(reducer, _resolve(module, attr), train_update, eval_update,
+                       prepend, filter_, map_, keep_graph)
+
+        return constructor
+
+
+class OutputMonitor(_ObservingMonitor):
+    r"""Records the output of each forward call of a module (inferno's
+    ``OutputMonitor``).
+
+    A forward hook hands the output to ``filter_(output) -> bool`` (default:
+    reject None) and ``map_(output) -> tuple of tensors`` (default: a
+    tuple's elements, or the output itself as the one input). Other
+    arguments as for :class:`InputMonitor`.
+    """
+
+    def __init__(
+        self,
+        reducer,
+        module: Optional[nn.Module] = None,
+        train_update: bool = True,
+        eval_update: bool = True,
+        prepend: bool = False,
+        filter_: Optional[Callable[[Any], bool]] = None,
+        map_: Optional[Callable[[Any], Tuple[torch.Tensor, ...]]] = None,
+        keep_graph: bool = False,
+    ):
+        nn.Module.__init__(self)
+        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph)
+
+    def _core_name(self) -> str:
+        return "output"
+
+    def _observed_value(self) -> str:
+        return "output"
+
+    partialconstructor = InputMonitor.__dict__["partialconstructor"]
+
+
+class StateMonitor(_ObservingMonitor):
+    r"""Records an attribute of a module at each forward call (inferno's
+    ``StateMonitor``): after ``forward()``, or before it with
+    ``as_prehook=True``.
+
+    ``attr`` is a dotted path resolved at every call as for
+    :class:`DifferenceMonitor` (the hook is on ``module`` itself).
+    ``filter_(value) -> bool`` (default: reject None) and
+    ``map_(value) -> tuple of tensors`` (default: a tuple's elements, or the
+    value itself) as for :class:`OutputMonitor`.
+    """
+
+    def __init__(
+        self,
+        reducer,
+        attr: str,
+        module: Optional[nn.Module] = None,
+        as_prehook: bool = False,
+        train_update: bool = True,
+        eval_update: bool = True,
+        prepend: bool = False,
+        filter_: Optional[Callable[[Any], bool]] = None,
+        map_: Optional[Callable[[Any], Tuple[torch.Tensor, ...]]] = None,
+        keep_graph: bool = False,
+    ):
+        nn.Module.__init__(self)
+        if not isinstance(attr, str):
+            raise TypeError(f"attr must be a str, got {type(attr).__name__}")
+        self._attr = attr
+        self._as_prehook = strict_bool(as_prehook, "as_prehook")
+        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph)
+
+    @property
+    def attr(self) -> str:
+        """The monitored attribute path."""
+        return self._attr
+
+    def _core_name(self) -> str:
+        return self._attr
+
+    def _observed_value(self) -> str:
+        return _path_expression(self._attr)
+
+    @classmethod
+    def partialconstructor(
+        cls,
+        reducer,
+        as_prehook: bool = False,
+        train_update: bool = True,
+        eval_update: bool = True,
+        prepend: bool = False,
+        filter_: Optional[Callable[[Any], bool]] = None,
+        map_: Optional[Callable[[Any], Tuple[torch.Tensor, ...]]] = None,
+        keep_graph: bool = False,
+    ) -> MonitorConstructor:
+        """``constructor(attr, module)`` building registered monitors."""
+
+        def constructor(attr: str, module: nn.Module) -> "StateMonitor":
+            return cls(reducer, attr, module, as_prehook, train_update, eval_update,
+                       prepend, filter_, map_, keep_graph)
+
+        return constructor
+
+
+class MultiStateMonitor(_ObservingMonitor):
+    r"""Records several attributes of a module at each forward call (inferno's
+    ``MultiStateMonitor``): the tuple of ``<attr>.<subattr>`` for each of
+    ``subattrs`` (or the subattrs themselves when ``attr`` is empty), read
+    after ``forward()`` or before it with ``as_prehook=True``.
+
+    ``filter_(values) -> bool`` (default: accept) and
+    ``map_(values) -> tuple of tensors`` (default: the values, in order, as
+    the reducer's inputs).
+    """
+
+    def __init__(
+        self,
+        reducer,
+        attr: str,
+        subattrs: Tuple[str, ...],
+        module: Optional[nn.Module] = None,
+        as_prehook: bool = False,
+        train_update: bool = True,
+        eval_update: bool = True,
+        prepend: bool = False,
+        filter_: Optional[Callable[[Tuple[Any, ...]], bool]] = None,
+        map_: Optional[Callable[[Tuple[Any, ...]], Tuple[torch.Tensor, ...]]] = None,
+        keep_graph: bool = False,
+    ):
+        nn.Module.__init__(self)
+        if not isinstance(attr, str):
+            raise TypeError(f"attr must be a str, got {type(attr).__name__}")
+        if isinstance(subattrs, str) or not all(isinstance(s, str) for s in subattrs):
+            raise TypeError(
+                "subattrs must be a tuple of attribute names (str), got "
+                f"{subattrs!r}; write ('x',) for a single one"
+            )
+        if not subattrs:
+            raise ValueError("subattrs is empty: name at least one attribute to monitor")
+        self._attr = attr
+        self._subattrs = tuple(subattrs)
+        self._as_prehook = strict_bool(as_prehook, "as_prehook")
+        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph)
+
+    @property
+    def attr(self) -> str:
+        """The path the subattrs are relative to."""
+        return self._attr
+
+    @property
+    def subattrs(self) -> Tuple[str, ...]:
+        return self._subattrs
+
+    @property
+    def attrs(self) -> Tuple[str, ...]:
+        """The full path of each monitored attribute, in order."""
+        return tuple(f"{self._attr}.{s}" if self._attr else s for s in self._subattrs)
+
+    def _core_name(self) -> str:
+        return ",".join(self.attrs)
+
+    def _observed_value(self) -> str:
+        return "(" + ", ".join(_path_expression(p) for p in self.attrs) + ",)"
+
+    @classmethod
+    def partialconstructor(
+        cls,
+        reducer,
+        subattrs: Tuple[str, ...],
+        as_prehook: bool = False,
+        train_update: bool = True,
+        eval_update: bool = True,
+        prepend: bool = False,
+        filter_: Optional[Callable[[Tuple[Any, ...]], bool]] = None,
+        map_: Optional[Callable[[Tuple[Any, ...]], Tuple[torch.Tensor, ...]]] = None,
+        keep_graph: bool = False,
+    ) -> MonitorConstructor:
+        """``constructor(attr, module)`` building registered monitors."""
+
+        def constructor(attr: str, module: nn.Module) -> "MultiStateMonitor":
+            return cls(reducer, attr, subattrs, module, as_prehook, train_update,
+                       eval_update, prepend, filter_, map_, keep_graph)
+
+        return constructor
+
+
+# ------------------------------------------------- monitors in Python
+
+
+def _method_hook(monitor_ref, name: str):
+    """A forward (pre-)hook calling the monitor's method ``name`` with the
+    hook's arguments, gated by its train/eval flags. Holds the monitor
+    weakly, so that dropping the monitor still removes its hooks."""
+
+    def hook(module, *args):
+        monitor = monitor_ref()
+        if monitor is None:
+            return None
+        if not (monitor.trainexec if module.training else monitor.evalexec):
+            return None
+        return getattr(monitor, name)(module, *args)
+
+    return hook
+
+
+class Monitor(_Monitor):
+    r"""Base for monitors written in Python (inferno's ``Monitor``).
+
+    ``prehook``/``posthook`` name methods of the subclass that run as the
+    module's forward pre-hook ``(module, args)`` and forward hook
+    ``(module, args, output)``, while ``module.training`` matches
+    ``train_update``/``eval_update``; ``prehook_kwargs``/``posthook_kwargs``
+    go to ``register_forward_pre_hook``/``register_forward_hook`` (e.g.
+    ``{"prepend": True}``). Registration, reading the reducer, gating flags
+    and deletion work as for the built-in monitors. The hooks are Python
+    code: eager mode only (the built-in monitors also run scripted).
+    Subclasses used with updaters implement ``partialconstructor``.
+    """
+
+    def __init__(
+        self,
+        reducer,
+        module: Optional[nn.Module] = None,
+        prehook: Optional[str] = None,
+        posthook: Optional[str] = None,
+        prehook_kwargs: Optional[Dict[str, Any]] = None,
+        posthook_kwargs: Optional[Dict[str, Any]] = None,
+        train_update: bool = True,
+        eval_update: bool = True,
+    ):
+        nn.Module.__init__(self)
+        for name in (prehook, posthook):
+            if name is not None and not callable(getattr(self, name, None)):
+                raise TypeError(f"{type(self).__name__} has no method {name!r} to run as a hook")
+        self._hook_names = (prehook, posthook)
+        self._hook_kwargs = (dict(prehook_kwargs or {}), dict(posthook_kwargs or {}))
+        self.reducer_ = reducer
+        core = self._new_core(
+            strict_bool(train_update, "train_update"), strict_bool(eval_update, "eval_update"), False
+        )
+        self._init_monitor(reducer, core, False, module)
+
+    @classmethod
+    def partialconstructor(cls, *args, **kwargs) -> MonitorConstructor:
+        raise NotImplementedError(
+            f"{cls.__name__}(Monitor) must implement the method `partialconstructor`."
+        )
+
+    def _new_core(self, train_update: bool, eval_update: bool, keep_graph: bool):
+        # Holds the reducer and the gating flags (the methods feed the
+        # reducer themselves).
+        return _C.DifferenceMonitorCore(
+            self.reducer_, type(self).__name__, train_update, eval_update,
+            None, None, None, keep_graph,
+        )
+
+    def _hooks_for(self, module: nn.Module):
+        ref = weakref.ref(self)
+        pre, post = (None if name is None else _method_hook(ref, name) for name in self._hook_names)
+        return (pre, post) + self._hook_kwargs
+
+    def _adopt_hooks_of(self, module: nn.Module) -> bool:
+        return False  # a copied module's hooks call the original monitor

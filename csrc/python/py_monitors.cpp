@@ -567,15 +567,20 @@ PyMethodDef gEagerAfterDef = {
     METH_FASTCALL,
     "eager forward hook body of a DifferenceMonitor"};
 
-// core.before(value, training) / core.after(value, training): the
-// TorchScript methods, callable from Python at METH_FASTCALL cost.
-template <bool IsBefore>
+// The monitor method a fast call runs.
+enum class Hook { Before, After, Observe };
+
+// core.before/after/observe(value, training): the TorchScript methods,
+// callable from Python at METH_FASTCALL cost.
+template <Hook Which>
 PyObject* fastCall(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2) {
     PyErr_Format(
         PyExc_TypeError,
         "%s(value, training) takes 2 arguments, got %zd",
-        IsBefore ? "before" : "after",
+        Which == Hook::Before     ? "before"
+            : Which == Hook::After ? "after"
+                                   : "observe",
         nargs);
     return nullptr;
   }
@@ -589,10 +594,12 @@ PyObject* fastCall(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
   }
   return noneOrPythonError([&]() {
     const c10::IValue v = valueFromPython(args[0], self->monitor->name());
-    if (IsBefore) {
+    if (Which == Hook::Before) {
       self->monitor->before(v, training == 1);
-    } else {
+    } else if (Which == Hook::After) {
       self->monitor->after(v, training == 1);
+    } else {
+      self->monitor->observe(v, training == 1);
     }
   });
 }
@@ -783,17 +790,25 @@ void initMonitors(py::module_& m) {
   static PyMethodDef beforeDef = {
       "before",
       reinterpret_cast<PyCFunction>(
-          reinterpret_cast<void (*)()>(&fastCall<true>)),
+          reinterpret_cast<void (*)()>(&fastCall<Hook::Before>)),
       METH_FASTCALL,
       "before(value, training): captures the value (the pre-hook's part)"};
   static PyMethodDef afterDef = {
       "after",
       reinterpret_cast<PyCFunction>(
-          reinterpret_cast<void (*)()>(&fastCall<false>)),
+          reinterpret_cast<void (*)()>(&fastCall<Hook::After>)),
       METH_FASTCALL,
       "after(value, training): feeds op(value, captured) to the reducer"};
+  static PyMethodDef observeDef = {
+      "observe",
+      reinterpret_cast<PyCFunction>(
+          reinterpret_cast<void (*)()>(&fastCall<Hook::Observe>)),
+      METH_FASTCALL,
+      "observe(value, training): feeds map_(value) to the reducer (the hook "
+      "of InputMonitor, OutputMonitor, StateMonitor, MultiStateMonitor)"};
   addRawMethod(cls, &beforeDef);
   addRawMethod(cls, &afterDef);
+  addRawMethod(cls, &observeDef);
 
   // As for Stat: every attribute is a real one of this class, so plain
   // lookup is enough and skips ScriptObject's slow __getattr__ hook.

@@ -19,3 +19,4 @@
 #include <torch_monitor/nn/call.h>
 #include <torch_monitor/nn/forward_call.h>
 #include <torch_monitor/nn/hooks.h>
+#include <torch_monitor/nn/observe.h>

@@ -171,6 +171,44 @@ std::vector<at::Tensor> defaultMap(
   return out;
 }
 
+// Whether observe() skips a value by default: None, or an empty tuple or
+// list (inferno's InputMonitor skips a call without arguments).
+bool isEmptyObservation(const c10::IValue& value) {
+  return value.isNone() ||
+      (value.isTuple() && value.toTupleRef().elements().empty()) ||
+      (value.isList() && value.toListRef().empty());
+}
+
+// observe()'s default map: a tuple's (or list's) tensors as the reducer's
+// inputs, a single tensor as its one input, each as it is.
+std::vector<at::Tensor> observedInputs(const c10::IValue& value) {
+  if (value.isTensor()) {
+    return {value.toTensor()};
+  }
+  TORCH_CHECK_TYPE(
+      value.isTuple() || value.isList(),
+      "the default map_ feeds a tensor or a tuple of tensors to the reducer; "
+      "the observed value is a ",
+      kindOf(value),
+      ". Pass map_ to turn it into tensors.");
+  const c10::ArrayRef<c10::IValue> elements = value.isTuple()
+      ? value.toTupleRef().elements()
+      : value.toListRef();
+  std::vector<at::Tensor> out;
+  out.reserve(elements.size());
+  for (size_t i = 0; i < elements.size(); ++i) {
+    TORCH_CHECK_TYPE(
+        elements[i].isTensor(),
+        "the default map_ feeds tensors to the reducer; element ",
+        i,
+        " of the observed value is a ",
+        kindOf(elements[i]),
+        ". Pass map_ to choose the tensors (or filter_ to skip the call).");
+    out.push_back(elements[i].toTensor());
+  }
+  return out;
+}
+
 } // namespace
 
 DifferenceMonitor::DifferenceMonitor(
@@ -224,27 +262,58 @@ void DifferenceMonitor::before(const c10::IValue& value, bool training) {
 void DifferenceMonitor::after(const c10::IValue& value, bool training) {
   const std::thread::id me = std::this_thread::get_id();
   c10::IValue pre; // None without a capture (before() skipped in this call)
-  std::shared_ptr<const Callables> callables;
   {
     detail::BlockingLock guard(mutex_);
     pre = takePending(me);
     if (!runsWhen(training)) {
       return;
     }
+  }
+  feed(value, pre, /*paired=*/true);
+  // The capture's memory (now holding the difference, which the reducer has
+  // copied) serves the next capture when nobody else kept it.
+  if (pre.isTensor()) {
+    at::Tensor memory = std::move(pre).toTensor();
+    if (memory.defined() && memory.use_count() == 1 &&
+        memory.storage().use_count() == 1 && !memory.requires_grad()) {
+      detail::BlockingLock guard(mutex_);
+      spare_ = std::move(memory);
+    }
+  }
+}
+
+void DifferenceMonitor::observe(const c10::IValue& value, bool training) {
+  if (!runsWhen(training)) {
+    return;
+  }
+  c10::IValue none;
+  feed(value, none, /*paired=*/false);
+}
+
+void DifferenceMonitor::feed(
+    const c10::IValue& post,
+    c10::IValue& pre,
+    bool paired) {
+  std::shared_ptr<const Callables> callables;
+  {
+    detail::BlockingLock guard(mutex_);
     callables = callables_;
   }
   const Filter* filter = callables ? &callables->filter : nullptr;
-  const bool pass = filter != nullptr && *filter
-      ? (*filter)(value, pre)
-      : !(value.isNone() && pre.isNone());
+  const bool pass = filter != nullptr && *filter ? (*filter)(post, pre)
+      : paired ? !(post.isNone() && pre.isNone())
+               : !isEmptyObservation(post);
   if (!pass) {
     return;
   }
   try {
     const bool keep = keepGraph();
-    std::vector<at::Tensor> inputs = differences(value, pre, callables.get(), keep);
+    std::vector<at::Tensor> inputs = paired
+        ? differences(post, pre, callables.get(), keep)
+        : (callables && callables->map ? callables->map(post, pre)
+                                       : observedInputs(post));
     if (!keep) {
-      // A custom map_ or op_ may hand back tensors with a graph.
+      // A custom map_ or op_, or an observed tensor, may come with a graph.
       for (at::Tensor& input : inputs) {
         if (input.defined() && input.requires_grad()) {
           input = input.detach();
@@ -257,19 +326,11 @@ void DifferenceMonitor::after(const c10::IValue& value, bool training) {
     // monitor failed: in a model with many monitors the reducer's own
     // message ("shape [3] does not match [2]") does not.
     e.add_context(
-        "in DifferenceMonitor '" + name_ +
-        "' (the difference of that attribute across forward())");
+        paired ? "in DifferenceMonitor '" + name_ +
+                "' (the difference of that attribute across forward())"
+               : "in the monitor of '" + name_ +
+                "' (the value it observes at forward())");
     throw;
-  }
-  // The capture's memory (now holding the difference, which the reducer has
-  // copied) serves the next capture when nobody else kept it.
-  if (pre.isTensor()) {
-    at::Tensor memory = std::move(pre).toTensor();
-    if (memory.defined() && memory.use_count() == 1 &&
-        memory.storage().use_count() == 1 && !memory.requires_grad()) {
-      detail::BlockingLock guard(mutex_);
-      spare_ = std::move(memory);
-    }
   }
 }
 

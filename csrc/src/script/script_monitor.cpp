@@ -73,6 +73,14 @@ void defineDifferenceMonitorClass(torch::Library& m) {
           "the forward hook's part: feeds op(value, captured) to the reducer",
           {torch::arg("value"), torch::arg("training")})
       .def(
+          "observe",
+          [](const Self& self, c10::IValue value, bool training) {
+            self->monitor().observe(value, training);
+          },
+          "a one-hook monitor's hook (InputMonitor, OutputMonitor, "
+          "StateMonitor, MultiStateMonitor): feeds map_(value) to the reducer",
+          {torch::arg("value"), torch::arg("training")})
+      .def(
           "clear",
           [](const Self& self, bool keepshape) {
             self->monitor().clear(keepshape);

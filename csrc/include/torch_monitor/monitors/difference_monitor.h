@@ -16,13 +16,15 @@
 
 namespace torch_monitor {
 
-// Records how one attribute of a module changes across each forward():
+// The C++ core of every monitor. Named after its first use: it records how
+// one attribute of a module changes across each forward():
 // before() is the body of a forward pre-hook, after() of a forward post-hook;
 // after() feeds op(post, pre) (by default post - pre) to the reducer.
 // Values are what the attribute holds: a Tensor, None, or a tuple of tensors.
 // The hooks themselves (Python nn.Module hooks, TorchScript hooks, or
 // torch_monitor::nn hooks for C++ modules) resolve the attribute and call
-// these; this class is the part shared by the three worlds.
+// these; this class is the part shared by the three worlds. The one-hook
+// monitors (inputs, output, or an attribute at one moment) call observe().
 //
 // History is detached from autograd by default: the value before forward()
 // is copied without autograd and the reducer is fed detached differences,
@@ -69,6 +71,15 @@ class TORCH_MONITOR_API DifferenceMonitor {
   // before(). Errors (shape or device mismatches in the reducer) name the
   // monitor.
   void after(const c10::IValue& value, bool training);
+
+  // The one part of the one-hook monitors (InputMonitor, OutputMonitor,
+  // StateMonitor, MultiStateMonitor: one hook hands over what it observes):
+  // feeds map(value, None) to the reducer when filter(value, None) holds.
+  // Without custom callables, a tuple (or list) is fed as several inputs and
+  // any other value as one, as they are (no copy: the reducer copies), and
+  // None or an empty tuple is skipped. Captures and pairs nothing. Skipped
+  // like after().
+  void observe(const c10::IValue& value, bool training);
 
   // Forgets every thread's captured value and clears the reducer.
   void clear(bool keepshape = false);
@@ -137,6 +148,9 @@ class TORCH_MONITOR_API DifferenceMonitor {
       c10::IValue& pre,
       const Callables* callables,
       bool keepGraph) const;
+  // What after() (paired: `pre` is the capture, or None) and observe() (not
+  // paired: `pre` is None) share: filter, map, detach, feed the reducer.
+  void feed(const c10::IValue& post, c10::IValue& pre, bool paired);
 
   std::shared_ptr<Reducer> reducer_;
   std::string name_;

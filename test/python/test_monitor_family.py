@@ -1,0 +1,426 @@
+"""InputMonitor, OutputMonitor, StateMonitor and MultiStateMonitor against
+inferno's (inferno-ai 0.0.5): same module, same inputs, same reducers, the
+recorded history must be equal. Then the same monitors in scripted modules
+(torch.jit.script, save, load) and what inferno has no counterpart for.
+"""
+
+import copy
+import gc
+import pickle
+import weakref
+from typing import Tuple
+
+import pytest
+import torch
+from torch import nn
+
+tm = pytest.importorskip("torch_monitor")
+
+
+@pytest.fixture
+def inferno():
+    """The reference, inferno-ai 0.0.5 (tests comparing with it skip without)."""
+    return pytest.importorskip("inferno.observe")
+
+
+# ---------------------------------------------------------------- modules
+
+
+class Neuron(nn.Module):
+    """A leaky neuron: membrane `v` replaced out of place, `spike` where it
+    crosses 1 (then `v` resets). Returns (v, spike)."""
+
+    def __init__(self, n: int = 4):
+        super().__init__()
+        self.register_buffer("v", torch.zeros(n))
+        self.register_buffer("spike", torch.zeros(n, dtype=torch.bool))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        v = self.v * 0.6 + x
+        self.spike = v > 1.0
+        self.v = torch.where(self.spike, torch.zeros_like(v), v)
+        return v
+
+
+class Layer(nn.Module):
+    """A neuron nested one level down (attribute paths with dots)."""
+
+    def __init__(self):
+        super().__init__()
+        self.neuron = Neuron()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.neuron(x)
+
+
+class Pair(nn.Module):
+    """Two inputs (a value and a mask), a tuple out."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return a * 2, b
+
+
+def inputs(steps=7, n=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(n, generator=g) * 0.9 for _ in range(steps)]
+
+
+REDUCERS = {
+    "passthrough": lambda lib: lib.PassthroughReducer(1.0, duration=4.0),
+    "ema": lambda lib: lib.EMAReducer(1.0, 0.3, duration=3.0),
+    "ca": lambda lib: lib.CAReducer(0.5, duration=2.0),
+}
+
+
+def run_both(inferno, make, monitor_ours, monitor_theirs, feed, reducer="passthrough"):
+    """Builds a module and a monitor for each library, runs `feed(module)` on
+    both and returns (ours, theirs) monitors."""
+    m_ours, m_theirs = make(), make()
+    m_theirs.load_state_dict(m_ours.state_dict())
+    ours = monitor_ours(REDUCERS[reducer](tm), m_ours)
+    theirs = monitor_theirs(REDUCERS[reducer](inferno), m_theirs)
+    feed(m_ours)
+    feed(m_theirs)
+    return ours, theirs
+
+
+def assert_same_history(ours, theirs):
+    torch.testing.assert_close(ours.peek(), theirs.peek(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(ours.dump(), theirs.dump(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(ours.view(0.5), theirs.view(0.5), rtol=0, atol=1e-6)
+
+
+def feed_steps(m):
+    for x in inputs():
+        m(x)
+
+
+# ------------------------------------------------------ same as inferno's
+
+
+@pytest.mark.parametrize("reducer", sorted(REDUCERS))
+def test_input_monitor_matches_inferno(inferno, reducer):
+    ours, theirs = run_both(
+        inferno, Neuron,
+        lambda r, m: tm.InputMonitor(r, m),
+        lambda r, m: inferno.InputMonitor(r, m),
+        feed_steps, reducer,
+    )
+    assert_same_history(ours, theirs)
+    if reducer == "passthrough":
+        torch.testing.assert_close(ours.peek(), inputs()[-1])
+
+
+@pytest.mark.parametrize("reducer", sorted(REDUCERS))
+def test_output_monitor_matches_inferno(inferno, reducer):
+    ours, theirs = run_both(
+        inferno, Neuron,
+        lambda r, m: tm.OutputMonitor(r, m),
+        lambda r, m: inferno.OutputMonitor(r, m),
+        feed_steps, reducer,
+    )
+    assert_same_history(ours, theirs)
+
+
+@pytest.mark.parametrize("as_prehook", [False, True])
+@pytest.mark.parametrize("reducer", sorted(REDUCERS))
+def test_state_monitor_matches_inferno(inferno, reducer, as_prehook):
+    ours, theirs = run_both(
+        inferno, Layer,
+        lambda r, m: tm.StateMonitor(r, "neuron.v", m, as_prehook=as_prehook),
+        lambda r, m: inferno.StateMonitor(r, "neuron.v", m, as_prehook=as_prehook),
+        feed_steps, reducer,
+    )
+    assert_same_history(ours, theirs)
+
+
+@pytest.mark.parametrize("as_prehook", [False, True])
+def test_multi_state_monitor_matches_inferno(inferno, as_prehook):
+    # Two inputs per step: the conditional trace takes (observation, condition).
+    def make(lib):
+        return lib.ConditionalNearestTraceReducer(1.0, 2.0, 1.0, 0.5, duration=3.0)
+
+    m_ours, m_theirs = Layer(), Layer()
+    ours = tm.MultiStateMonitor(make(tm), "neuron", ("v", "spike"), m_ours, as_prehook=as_prehook)
+    theirs = inferno.MultiStateMonitor(make(inferno), "neuron", ("v", "spike"), m_theirs, as_prehook=as_prehook)
+    for x in inputs(10):
+        m_ours(x * 2)
+        m_theirs(x * 2)
+    assert_same_history(ours, theirs)
+    assert ours.attrs == ("neuron.v", "neuron.spike")
+
+
+def test_tuple_output_feeds_several_inputs_like_inferno(inferno):
+    def make(lib):
+        return lib.ConditionalCumulativeTraceReducer(1.0, 2.0, 1.0, 0.5, duration=2.0)
+
+    m_ours, m_theirs = Pair(), Pair()
+    ours = tm.OutputMonitor(make(tm), m_ours)
+    theirs = inferno.OutputMonitor(make(inferno), m_theirs)
+    for x in inputs():
+        m_ours(x, x > 0.4)
+        m_theirs(x, x > 0.4)
+    assert_same_history(ours, theirs)
+
+
+def test_custom_filter_and_map_match_inferno(inferno):
+    def odd(args):
+        return len(args) % 2 == 1
+
+    def doubled(args):
+        return tuple(2 * a for a in args)
+
+    m_ours, m_theirs = Pair(), Pair()
+    ours = tm.InputMonitor(tm.PassthroughReducer(1.0, duration=3.0), m_ours, filter_=lambda a: odd(a[1:]), map_=lambda a: doubled(a[:1]))
+    theirs = inferno.InputMonitor(inferno.PassthroughReducer(1.0, duration=3.0), m_theirs, filter_=lambda a: odd(a[1:]), map_=lambda a: doubled(a[:1]))
+    for x in inputs():
+        m_ours(x, x)
+        m_theirs(x, x)
+    assert_same_history(ours, theirs)
+    torch.testing.assert_close(ours.peek(), 2 * inputs()[-1])
+    assert ours.filter_ is not None and ours.map_ is not None
+
+
+def test_train_eval_gating_matches_inferno(inferno):
+    m_ours, m_theirs = Neuron(), Neuron()
+    ours = tm.StateMonitor(tm.PassthroughReducer(1.0, duration=4.0), "v", m_ours, train_update=False)
+    theirs = inferno.StateMonitor(inferno.PassthroughReducer(1.0, duration=4.0), "v", m_theirs, train_update=False)
+    for step, x in enumerate(inputs(8)):
+        m_ours.train(step % 3 == 0)
+        m_theirs.train(step % 3 == 0)
+        m_ours(x)
+        m_theirs(x)
+        if step == 4:
+            ours.evalexec, ours.trainexec = False, True
+            theirs.evalexec, theirs.trainexec = False, True
+    assert_same_history(ours, theirs)
+
+
+def test_prepend_orders_the_hook_like_inferno(inferno):
+    order = {"ours": [], "theirs": []}
+
+    def make_hooked(which):
+        m = Neuron()
+        m.register_forward_hook(lambda *_: order[which].append("other"))
+        return m
+
+    m_ours, m_theirs = make_hooked("ours"), make_hooked("theirs")
+    ours = tm.OutputMonitor(tm.PassthroughReducer(1.0), m_ours, prepend=True,
+                            filter_=lambda v: order["ours"].append("monitor") or True)
+    theirs = inferno.OutputMonitor(inferno.PassthroughReducer(1.0), m_theirs, prepend=True,
+                                   filter_=lambda v: order["theirs"].append("monitor") or True)
+    m_ours(torch.ones(4))
+    m_theirs(torch.ones(4))
+    assert order["ours"] == order["theirs"] == ["monitor", "other"]
+
+
+def test_partialconstructors_match_inferno(inferno):
+    # Input/Output monitors register on the submodule at `attr`; State and
+    # MultiState monitors on the module itself, reading `attr` through it.
+    cases = [
+        ("InputMonitor", "neuron", (), {}),
+        ("OutputMonitor", "neuron", (), {}),
+        ("StateMonitor", "neuron.v", (), {"as_prehook": True}),
+        ("MultiStateMonitor", "neuron", (("v", "spike"),), {}),
+    ]
+    for name, attr, args, kwargs in cases:
+        m_ours, m_theirs = Layer(), Layer()
+        reducer = (lambda lib: lib.PassthroughReducer(1.0, duration=2.0)) if name != "MultiStateMonitor" else (
+            lambda lib: lib.ConditionalNearestTraceReducer(1.0, 2.0, 1.0, 0.5, duration=2.0))
+        ours = getattr(tm, name).partialconstructor(reducer(tm), *args, **kwargs)(attr, m_ours)
+        theirs = getattr(inferno, name).partialconstructor(reducer(inferno), *args, **kwargs)(attr, m_theirs)
+        assert ours.registered and theirs.registered
+        for x in inputs(5):
+            m_ours(x * 2)
+            m_theirs(x * 2)
+        assert_same_history(ours, theirs)
+        expected = m_ours.neuron if name in ("InputMonitor", "OutputMonitor") else m_ours
+        assert ours.module is expected, name
+
+
+# ---------------------------------------------- registration and lifetime
+
+
+@pytest.mark.parametrize(
+    "make, hooks",
+    [
+        (lambda r, m: tm.InputMonitor(r, m), "_forward_pre_hooks"),
+        (lambda r, m: tm.OutputMonitor(r, m), "_forward_hooks"),
+        (lambda r, m: tm.StateMonitor(r, "v", m, as_prehook=True), "_forward_pre_hooks"),
+        (lambda r, m: tm.StateMonitor(r, "v", m), "_forward_hooks"),
+        (lambda r, m: tm.MultiStateMonitor(r, "", ("v", "spike"), m, as_prehook=True), "_forward_pre_hooks"),
+        (lambda r, m: tm.MultiStateMonitor(r, "", ("v",), m), "_forward_hooks"),
+    ],
+)
+def test_one_hook_registered_and_removed_with_the_monitor(make, hooks):
+    m = Neuron()
+    mon = make(tm.PassthroughReducer(1.0), m)
+    assert len(m._forward_pre_hooks) + len(m._forward_hooks) == 1
+    assert len(getattr(m, hooks)) == 1
+    mon.deregister()
+    assert not mon.registered and len(getattr(m, hooks)) == 0
+    mon.register()  # back on the last module
+    assert mon.registered and len(getattr(m, hooks)) == 1
+    with pytest.raises(RuntimeError, match="already registered"):
+        mon.register(Neuron())
+    ref = weakref.ref(mon)
+    del mon
+    gc.collect()
+    assert ref() is None
+    assert len(getattr(m, hooks)) == 0
+    assert not [k for k in vars(m) if k.startswith("_torch_monitor_")]
+
+
+def test_clear_and_default_filter_skip_empty_inputs():
+    class NoArgs(nn.Module):
+        def forward(self) -> torch.Tensor:
+            return torch.ones(2)
+
+    m = NoArgs()
+    mon = tm.InputMonitor(tm.PassthroughReducer(1.0), m)
+    m()  # no inputs: skipped, as inferno's bool(args) filter does
+    assert mon.peek() is None
+    out = tm.OutputMonitor(tm.PassthroughReducer(1.0, duration=1.0), m)
+    m()
+    assert out.peek().tolist() == [1.0, 1.0]
+    out.clear()
+    assert out.peek() is None
+
+
+def test_values_the_default_map_cannot_feed_say_so():
+    class Named(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.label = "x"
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    m = Named()
+    mon = tm.StateMonitor(tm.PassthroughReducer(1.0), "label", m)
+    with pytest.raises(TypeError, match="map_"):
+        m(torch.ones(2))
+    mon.deregister()
+    with pytest.raises(TypeError, match="subattrs"):
+        tm.MultiStateMonitor(tm.PassthroughReducer(1.0), "", "v")
+    with pytest.raises(ValueError, match="subattrs is empty"):
+        tm.MultiStateMonitor(tm.PassthroughReducer(1.0), "", ())
+    with pytest.raises(TypeError, match="filter_ must be a callable"):
+        tm.OutputMonitor(tm.PassthroughReducer(1.0), filter_=3)
+    with pytest.raises(TypeError, match="as_prehook"):
+        tm.StateMonitor(tm.PassthroughReducer(1.0), "v", as_prehook="yes")
+
+
+def test_history_is_detached_unless_keep_graph():
+    lin = nn.Linear(3, 3)
+    mon = tm.OutputMonitor(tm.PassthroughReducer(1.0), lin)
+    lin(torch.ones(3))
+    assert not mon.peek().requires_grad
+
+
+def test_pickle_and_deepcopy_keep_the_settings():
+    m = Layer()
+    mon = tm.MultiStateMonitor(tm.ConditionalNearestTraceReducer(1.0, 2.0, 1.0, 0.5), "neuron", ("v", "spike"), m, as_prehook=True, train_update=False)
+    clone = pickle.loads(pickle.dumps(mon))
+    assert (clone.attrs, clone.as_prehook, clone.trainexec, clone.registered) == (mon.attrs, True, False, False)
+    pair = copy.deepcopy((m, mon))
+    assert pair[1].registered and pair[1].module is pair[0]
+    pair[0].eval()
+    pair[0](torch.ones(4) * 2)
+    assert pair[1].peek() is not None and mon.peek() is None
+
+
+# ------------------------------------------------------------ TorchScript
+
+
+def attach_all(m):
+    return {
+        "input": tm.InputMonitor(tm.PassthroughReducer(1.0, duration=3.0), m.neuron),
+        "output": tm.OutputMonitor(tm.EMAReducer(1.0, 0.5, duration=3.0), m.neuron),
+        "state_pre": tm.StateMonitor(tm.PassthroughReducer(1.0, duration=3.0), "v", m.neuron, as_prehook=True),
+        "state": tm.StateMonitor(tm.CAReducer(1.0, duration=3.0), "v", m.neuron),
+        "multi": tm.MultiStateMonitor(
+            tm.ConditionalNearestTraceReducer(1.0, 2.0, 1.0, 0.5, duration=3.0), "", ("v", "spike"), m.neuron
+        ),
+        "difference": tm.DifferenceMonitor(tm.PassthroughReducer(1.0, duration=3.0), "v", m.neuron),
+    }
+
+
+def test_scripted_module_runs_the_hooks_like_eager(tmp_path):
+    eager, to_script = Layer(), Layer()
+    mons_eager, mons_script = attach_all(eager), attach_all(to_script)
+    scripted = torch.jit.script(to_script)
+    for x in inputs(6):
+        eager(x * 2)
+        scripted(x * 2)
+    for name in mons_eager:
+        torch.testing.assert_close(mons_script[name].dump(), mons_eager[name].dump(), msg=name)
+
+    # Saved and loaded: the history travels and recording goes on.
+    torch.jit.save(scripted, str(tmp_path / "family.pt"))
+    loaded = torch.jit.load(str(tmp_path / "family.pt"))
+    for x in inputs(3, seed=1):
+        eager(x * 2)
+        loaded(x * 2)
+    for name, mon in mons_eager.items():
+        state = getattr(loaded.neuron, mons_script[name].key)
+        torch.testing.assert_close(state.dump(), mon.dump(), msg=name)
+
+
+def test_scripted_tuple_inputs_and_outputs():
+    m = Pair()
+    ins = tm.InputMonitor(tm.ConditionalNearestTraceReducer(1.0, 2.0, 1.0, 0.5), m)
+    outs = tm.OutputMonitor(tm.ConditionalNearestTraceReducer(1.0, 2.0, 1.0, 0.5), m)
+    scripted = torch.jit.script(m)
+    scripted(torch.tensor([1.0, 2.0]), torch.tensor([True, False]))
+    assert ins.peek().tolist() == [1.5, 0.0]  # 0.5 * a + 1 where the mask is set
+    assert outs.peek().tolist() == [2.0, 0.0]  # 0.5 * (2 * a) + 1
+
+
+def test_python_callables_refuse_to_save(tmp_path):
+    m = Neuron()
+    mon = tm.OutputMonitor(tm.PassthroughReducer(1.0), m, map_=lambda y: (y * 2,))
+    scripted = torch.jit.script(m)
+    scripted(torch.ones(4))
+    assert mon.peek().tolist() == [2.0] * 4  # map_ ran in the scripted hook
+    with pytest.raises(RuntimeError, match="cannot save"):
+        torch.jit.save(scripted, str(tmp_path / "x.pt"))
+
+
+# -------------------------------------------- monitors written in Python
+
+
+class Counting(tm.Monitor):
+    """A Python monitor (inferno's Monitor base): counts calls, feeds inputs."""
+
+    def __init__(self, reducer, module=None, **kwargs):
+        self.calls = []
+        tm.Monitor.__init__(self, reducer, module, prehook="_pre", posthook="_post",
+                            posthook_kwargs={"prepend": True}, **kwargs)
+
+    def _pre(self, module, args):
+        self.calls.append("pre")
+        self.reducer(*args)
+
+    def _post(self, module, args, output):
+        self.calls.append("post")
+
+
+def test_python_monitor_base_runs_named_methods_as_gated_hooks():
+    m = Neuron()
+    m.register_forward_hook(lambda *_: mon.calls.append("other"))
+    mon = Counting(tm.PassthroughReducer(1.0, duration=2.0), m, eval_update=False)
+    m(torch.ones(4))
+    assert mon.calls == ["pre", "post", "other"]  # posthook_kwargs: prepend
+    assert mon.peek().tolist() == [1.0] * 4
+    m.eval()
+    m(torch.ones(4))
+    assert mon.calls == ["pre", "post", "other", "other"]  # gated off
+    with pytest.raises(NotImplementedError, match="partialconstructor"):
+        Counting.partialconstructor()
+    with pytest.raises(TypeError, match="no method 'missing'"):
+        tm.Monitor(tm.PassthroughReducer(1.0), prehook="missing")
+    ref = weakref.ref(mon)
+    del mon
+    gc.collect()
+    assert ref() is None and len(m._forward_pre_hooks) == 0
