@@ -22,6 +22,18 @@ library_path = _os.path.join(_HERE, "lib", "libtorch_monitor.so")
 #: ``torch.utils.cmake_prefix_path``).
 cmake_prefix_path = _os.path.join(_HERE, "lib", "cmake")
 
+with open(_os.path.join(_HERE, "VERSION")) as _f:
+    #: The distribution's version (one source: torch_monitor/VERSION).
+    __version__ = _f.read().strip()
+
+if not _os.path.exists(library_path):
+    raise ImportError(
+        f"torch_monitor at {_HERE} has no compiled library ({library_path} is "
+        "missing): this is the source tree, not a built package. Build and "
+        "install it with `bash scripts/build.sh` (or `pip install "
+        "--no-build-isolation .`), then import it from outside the source "
+        "folder, or run Python with -P so the source folder is not on sys.path."
+    )
 _torch.ops.load_library(library_path)
 
 from . import _C  # noqa: E402  (needs the library loaded first)
@@ -77,6 +89,9 @@ def _at_exit():
     _C._stop_window_timer()
     _C._close_all_stats()
     _C._unregister_python_handlers()
+    # Background threads' warnings queued for Python are issued now; later
+    # ones go to stderr (csrc/python/py_background_warnings.cpp).
+    _C._stop_background_warnings()
 
 
 # Registered after the submodules' own atexit hooks, so it runs before them.
