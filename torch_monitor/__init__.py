@@ -58,12 +58,10 @@ from . import _fake  # noqa: E402,F401  (fake classes for torch.compile/export)
 from . import _events  # noqa: E402,F401  (log_event(name, data), traceable)
 from ._steps import get_step, set_step  # noqa: E402  (the training step)
 from .tensorboard_handler import TensorboardEventHandler  # noqa: E402
+from . import monitors, reducers, sinks  # noqa: E402  (their __all__ below)
 from .reducers import *  # noqa: E402,F401,F403
-from .reducers import __all__ as _reducers_all  # noqa: E402
 from .monitors import *  # noqa: E402,F401,F403
-from .monitors import __all__ as _monitors_all  # noqa: E402
 from .sinks import *  # noqa: E402,F401,F403
-from .sinks import __all__ as _sinks_all  # noqa: E402
 
 #: The value types an Event's data may hold.
 data_value_t = _Union[str, float, int, bool]
@@ -119,4 +117,9 @@ __all__ = [
     "STAT_EVENT",
     "library_path",
     "cmake_prefix_path",
-] + _reducers_all + _monitors_all + _sinks_all
+]
+# In this form (not `[...] + list`) type checkers see what is exported:
+# `mypy --strict` users may then use every name (test_typing.py).
+__all__ += reducers.__all__
+__all__ += monitors.__all__
+__all__ += sinks.__all__

@@ -46,7 +46,7 @@ def test_mistakes_are_found(mypy_results):
     status, output = mypy_results["typed_usage_bad.py"]
     assert status == 1, output
     source = (TYPING / "typed_usage_bad.py").read_text().splitlines()
-    expected = {i + 1 for i, line in enumerate(source) if "# error:" in line}
+    expected = {i + 1 for i, line in enumerate(source) if "  # error:" in line}
     found = [
         int(m.group(1))
         for m in re.finditer(r"^typed_usage_bad\.py:(\d+): error:", output, re.M)

@@ -6,7 +6,7 @@ import datetime
 import torch_monitor as tm
 
 stat = tm.Stat("loss", [tm.MEAN], datetime.timedelta(seconds=60))
-count: str = stat.count()  # error: int is not str
+count: str = stat.count  # error: an int, not a str
 stat.add_sample(1.0)  # error: no such method
 values: dict[str, float] = stat.get()  # error: keys are Aggregation
 version: int = tm.__version__  # error: the version is a str

@@ -13,9 +13,9 @@ path: str = tm.library_path
 stat = tm.Stat("loss", [tm.MEAN, tm.MAX], datetime.timedelta(seconds=60))
 stat.add(1.5)
 stat.add(torch.tensor([1.0, 2.0]))
-count: int = stat.count()
+count: int = stat.count
 values: dict[tm.Aggregation, float] = stat.get()
-name: str = stat.name()
+name: str = stat.name
 steps = tm.IntStat("steps", [tm.SUM], datetime.timedelta(seconds=60))
 int_values: dict[tm.Aggregation, int] = steps.get()
 
