@@ -8,6 +8,7 @@ Extra CMake arguments can be given in TORCH_MONITOR_CMAKE_ARGS, and the build
 folder (default build/cmake, kept between builds) in TORCH_MONITOR_BUILD_DIR.
 """
 
+import importlib.metadata
 import os
 import shlex
 import subprocess
@@ -17,6 +18,19 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+
+# The one source of the version (CMake and torch_monitor.__version__ read it).
+with open(os.path.join(ROOT, "torch_monitor", "VERSION")) as f:
+    VERSION = f.read().strip()
+
+
+def torch_requirement():
+    """The compiled parts work only with the torch they were built against
+    (C++ ABI, TorchScript schemas): the wheel requires exactly that one."""
+    try:
+        return [f"torch=={importlib.metadata.version('torch')}"]
+    except importlib.metadata.PackageNotFoundError:
+        return []  # the build itself stops with a clear message
 
 
 class CMakeExtension(Extension):
@@ -60,12 +74,13 @@ class CMakeBuild(build_ext):
 
 setup(
     name="torch_monitor",
-    version="0.1.0",
+    version=VERSION,
     description="torch.monitor's Stat, Event and handlers in C++ for Python, "
     "TorchScript and LibTorch",
     packages=["torch_monitor"],
     # py.typed: the package is typed (PEP 561); _C.pyi types the compiled module.
-    package_data={"torch_monitor": ["py.typed", "_C.pyi"]},
+    package_data={"torch_monitor": ["py.typed", "_C.pyi", "VERSION"]},
+    install_requires=torch_requirement(),
     ext_modules=[CMakeExtension("torch_monitor._C")],
     cmdclass={"build_ext": CMakeBuild},
     python_requires=">=3.9",

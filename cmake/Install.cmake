@@ -9,6 +9,8 @@ install(TARGETS torch_monitor EXPORT TorchMonitorTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY csrc/include/torch_monitor
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/csrc/include/torch_monitor/version.h
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/torch_monitor)
 install(EXPORT TorchMonitorTargets
   NAMESPACE TorchMonitor::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/TorchMonitor)

@@ -3,10 +3,11 @@
 # into the current Python. Extra CMake arguments: TORCH_MONITOR_CMAKE_ARGS.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/progress.sh
 PYTHON=${PYTHON:-python3}
 echo "== build and install torch_monitor (build folder: build/cmake)"
-# pip's own status decides (the filter's would hide a failed build behind an
-# older install that still imports).
-"$PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation . \
-  2>&1 | { grep -v "Running pip as the 'root' user" || true; }
+# pip -v passes CMake's and the compiler's output through; with_progress
+# shows the progress lines of it.
+with_progress build/pip-install.log \
+  "$PYTHON" -m pip install -v --disable-pip-version-check --no-build-isolation .
 "$PYTHON" -P -c "import torch_monitor" # fails loudly if the build did not land

@@ -21,8 +21,9 @@ if ((${#missing[@]})); then
 fi
 
 # torch is pinned: an unpinned torch would pull several GB of CUDA packages.
+# mypy: test_typing.py checks typed code using the package with it.
 echo "== pip install (pinned)"
 "$PYTHON" -m pip install -q --disable-pip-version-check \
-  torch==2.13.0 numpy==2.4.6 tensorboard==2.21.0 pytest==9.0.3 \
+  torch==2.13.0 numpy==2.4.6 tensorboard==2.21.0 pytest==9.0.3 mypy==2.4.1 \
   inferno-ai==0.0.5 einops==0.8.2 prometheus_client==0.26.0 \
   setuptools wheel 2>&1 | grep -v "Running pip as the 'root' user" || true

@@ -5,6 +5,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/install_deps.sh
+source scripts/progress.sh
 set +e
 TORCH_MONITOR_CMAKE_ARGS="-DTORCH_MONITOR_BUILD_TESTS=ON -DTORCH_MONITOR_BUILD_BENCHMARKS=ON ${TORCH_MONITOR_CMAKE_ARGS:-}" \
   bash scripts/build.sh || exit 1
@@ -14,24 +15,22 @@ ctest --test-dir build/cmake --output-on-failure -j2
 cpp_status=$?
 
 echo "== C++ tests again under AddressSanitizer + UndefinedBehaviorSanitizer (ctest)"
-# Compiler output goes to build/sanitize.log (its tail is shown on failure).
-{ cmake -S . -B build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# Progress shown; the whole output goes to build/sanitize.log.
+with_progress build/sanitize.log bash -c 'cmake -S . -B build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DTORCH_MONITOR_BUILD_TESTS=ON -DTORCH_MONITOR_SANITIZE=address,undefined &&
-  cmake --build build/sanitize -j2; } > build/sanitize.log 2>&1 ||
-  { tail -40 build/sanitize.log; false; } &&
+  cmake --build build/sanitize -j2' &&
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build/sanitize --output-on-failure -j2
 sanitize_status=$?
 
 echo "== C++ tests again under ThreadSanitizer (ctest -L tsan)"
 # Runs the executables labelled "tsan" in test/cpp/CMakeLists.txt: all but
-# the Stat ones (see docs/design.md#sanitizers). Compiler output goes to
-# build/tsan.log (its tail is shown on failure). A report makes the test's
+# the Stat ones (see docs/design.md#sanitizers). Progress shown; the whole
+# output goes to build/tsan.log. A report makes the test's
 # process exit 66, so it fails; the deadlock detector's reports get the
 # stack of both lock acquisitions.
-{ cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+with_progress build/tsan.log bash -c 'cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DTORCH_MONITOR_BUILD_TESTS=ON -DTORCH_MONITOR_SANITIZE=thread &&
-  cmake --build build/tsan -j2; } > build/tsan.log 2>&1 ||
-  { tail -40 build/tsan.log; false; } &&
+  cmake --build build/tsan -j2' &&
   TSAN_OPTIONS="second_deadlock_stack=1 suppressions=$PWD/test/cpp/tsan.supp" \
     ctest --test-dir build/tsan -L tsan --output-on-failure -j2
 tsan_status=$?

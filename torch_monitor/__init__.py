@@ -22,6 +22,18 @@ library_path = _os.path.join(_HERE, "lib", "libtorch_monitor.so")
 #: ``torch.utils.cmake_prefix_path``).
 cmake_prefix_path = _os.path.join(_HERE, "lib", "cmake")
 
+with open(_os.path.join(_HERE, "VERSION")) as _f:
+    #: The distribution's version (one source: torch_monitor/VERSION).
+    __version__ = _f.read().strip()
+
+if not _os.path.exists(library_path):
+    raise ImportError(
+        f"torch_monitor at {_HERE} has no compiled library ({library_path} is "
+        "missing): this is the source tree, not a built package. Build and "
+        "install it with `bash scripts/build.sh` (or `pip install "
+        "--no-build-isolation .`), then import it from outside the source "
+        "folder, or run Python with -P so the source folder is not on sys.path."
+    )
 _torch.ops.load_library(library_path)
 
 from . import _C  # noqa: E402  (needs the library loaded first)
@@ -47,12 +59,10 @@ from . import _events  # noqa: E402,F401  (log_event(name, data), traceable)
 from ._steps import get_step, set_step  # noqa: E402  (the training step)
 from ._ranks import process_rank, set_process_rank  # noqa: E402  (rank-aware sinks)
 from .tensorboard_handler import TensorboardEventHandler  # noqa: E402
+from . import monitors, reducers, sinks  # noqa: E402  (their __all__ below)
 from .reducers import *  # noqa: E402,F401,F403
-from .reducers import __all__ as _reducers_all  # noqa: E402
 from .monitors import *  # noqa: E402,F401,F403
-from .monitors import __all__ as _monitors_all  # noqa: E402
 from .sinks import *  # noqa: E402,F401,F403
-from .sinks import __all__ as _sinks_all  # noqa: E402
 
 #: The value types an Event's data may hold.
 data_value_t = _Union[str, float, int, bool]
@@ -78,6 +88,9 @@ def _at_exit():
     _C._stop_window_timer()
     _C._close_all_stats()
     _C._unregister_python_handlers()
+    # Background threads' warnings queued for Python are issued now; later
+    # ones go to stderr (csrc/python/py_background_warnings.cpp).
+    _C._stop_background_warnings()
 
 
 # Registered after the submodules' own atexit hooks, so it runs before them.
@@ -107,4 +120,9 @@ __all__ = [
     "STAT_EVENT",
     "library_path",
     "cmake_prefix_path",
-] + _reducers_all + _monitors_all + _sinks_all
+]
+# In this form (not `[...] + list`) type checkers see what is exported:
+# `mypy --strict` users may then use every name (test_typing.py).
+__all__ += reducers.__all__
+__all__ += monitors.__all__
+__all__ += sinks.__all__

@@ -46,4 +46,5 @@ PYBIND11_MODULE(_C, m) {
   tp::initTesting(m);
   tp::initSinks(m);
   tp::initProcessRank(m);
+  tp::initBackgroundWarnings(m);
 }

@@ -107,6 +107,7 @@ void initMonitors(py::module_& m);
 void initTesting(py::module_& m);
 void initSinks(py::module_& m);
 void initProcessRank(py::module_& m);
+void initBackgroundWarnings(py::module_& m);
 
 // The C++ handler inside `obj` when it is a native sink (a torch_monitor
 // sink class, or a torch.classes.torch_monitor sink ScriptObject), so that

@@ -15,6 +15,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/background_warnings.h>
 #include <torch_monitor/clock.h>
 #include <torch_monitor/detail/live_stats.h>
 #include <torch_monitor/event_handler.h>
@@ -86,6 +87,7 @@ struct WindowTimer {
 
   void run() {
     onTimerThread = true;
+    routeThreadWarningsToBackgroundSink();
     std::vector<Event> events;
     std::unique_lock<std::mutex> lock(mutex);
     while (!stopping) {

@@ -234,6 +234,11 @@ void checkValue(const Event& event, const std::string& key, V expected) {
 
 // Mode (a): the C++ API on its own.
 int selfTest() {
+  // The generated version header, from the one source of the version.
+  std::cout << "{\"kind\":\"version\",\"string\":\"" TORCH_MONITOR_VERSION
+            << "\",\"parts\":[" << TORCH_MONITOR_VERSION_MAJOR << ","
+            << TORCH_MONITOR_VERSION_MINOR << "," << TORCH_MONITOR_VERSION_PATCH
+            << "]}" << std::endl;
   auto recorder = std::make_shared<Recorder>();
   torch_monitor::registerEventHandler(recorder);
   // Windows are aligned to multiples of their size on the monotonic clock; an

@@ -542,3 +542,68 @@ def test_cpp_consumer_rejects_unknown_state_version(consumer, bad_version_model)
     assert proc.returncode == 2
     assert "Stat saved with state version 3; this build reads version 2" in proc.stderr
     assert not [line for line in json_lines(proc.stdout) if line["kind"] == "result"]
+
+
+# ------------------------------------------------------------ a relocated package
+
+
+class MovedPackage:
+    """The installed C++ package (lib/, include/) copied to another folder."""
+
+    def __init__(self, root):
+        self.root = root
+        self.cmake_prefix_path = str(root / "lib" / "cmake")
+        self.library_path = str(root / "lib" / "libtorch_monitor.so")
+
+
+@pytest.fixture(scope="session")
+def moved_consumer(tmon, tmp_path_factory):
+    """test/consumer built against a copy of the package in another folder."""
+    installed = os.path.dirname(tmon.library_path)  # .../torch_monitor/lib
+    moved = MovedPackage(tmp_path_factory.mktemp("elsewhere") / "prefix")
+    shutil.copytree(installed, moved.root / "lib")
+    shutil.copytree(os.path.join(installed, "..", "include"), moved.root / "include")
+    build = build_project(
+        CONSUMER_SRC, tmp_path_factory.mktemp("moved_build"), moved,
+        ("torch_monitor_consumer",),
+    )
+    return moved, build
+
+
+def test_installed_cmake_package_names_no_build_machine_path(tmon):
+    """Torch is found where it is installed (find_dependency), not recorded."""
+    import torch
+
+    torch_lib = os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "lib"))
+    package = os.path.join(tmon.cmake_prefix_path, "TorchMonitor")
+    texts = {
+        name: open(os.path.join(package, name)).read()
+        for name in os.listdir(package)
+        if name.endswith(".cmake")
+    }
+    assert "TorchMonitorTargets.cmake" in texts
+    for name, text in texts.items():
+        assert torch_lib not in text and "libc10" not in text, name
+        assert os.path.dirname(tmon.__file__) not in text, name
+
+
+@requires_toolchain
+def test_consumer_builds_against_a_moved_package(moved_consumer, tmon):
+    moved, build = moved_consumer
+    exe = build / "torch_monitor_consumer"
+    proc = run([exe])
+    assert proc.returncode == 0, proc.stderr
+    assert "OK" in proc.stderr
+    if shutil.which("ldd"):  # the moved copy is the one it runs with
+        ldd = run(["ldd", exe]).stdout
+        line = next(l for l in ldd.splitlines() if "libtorch_monitor.so" in l)
+        assert os.path.realpath(moved.library_path) in line or str(moved.root) in line, ldd
+
+
+@requires_toolchain
+def test_cpp_version_macros_match_the_distribution(consumer, tmon):
+    proc = run([consumer / "torch_monitor_consumer"])
+    assert proc.returncode == 0, proc.stderr
+    (version,) = [l for l in json_lines(proc.stdout) if l["kind"] == "version"]
+    assert version["string"] == tmon.__version__
+    assert ".".join(map(str, version["parts"])) == tmon.__version__

@@ -13,6 +13,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/background_warnings.h>
 #include <torch_monitor/sinks/detail/write_without_sigpipe.h>
 
 namespace torch_monitor::sinks::detail {
@@ -152,6 +153,7 @@ void BufferedFileWriter::start() {
 }
 
 void BufferedFileWriter::run() {
+  torch_monitor::detail::routeThreadWarningsToBackgroundSink();
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
     wake_.wait_for(lock, options_.flushInterval, [this] {

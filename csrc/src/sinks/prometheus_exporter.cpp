@@ -19,6 +19,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/background_warnings.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/sinks/detail/http_request.h>
 
@@ -223,6 +224,7 @@ struct PrometheusExporter::Impl {
   }
 
   void serve() {
+    torch_monitor::detail::routeThreadWarningsToBackgroundSink();
     std::vector<Connection> connections;
     std::vector<pollfd> fds;
     while (true) {

@@ -1,0 +1,32 @@
+#pragma once
+
+// Warnings raised on the library's own threads (the window timer, the sinks'
+// writer threads, the Prometheus exporter) have no caller to return to. They
+// all go to one process-wide function: c10's default handler (stderr) unless
+// a program installs another, as the Python binding does to reach Python's
+// `warnings` module.
+
+#include <c10/util/Exception.h>
+
+#include <torch_monitor/export.h>
+
+namespace torch_monitor {
+
+// Receives one warning raised on a background thread, on that thread. It must
+// not block for long and must not throw.
+using BackgroundWarningSink = void (*)(const c10::Warning& warning);
+
+// Sets the function background threads' warnings go to; nullptr restores
+// c10's default handler. Thread-safe (an atomic store): a warning being
+// delivered while it is replaced may still reach the previous function, so
+// that one must stay callable for the life of the process.
+TORCH_MONITOR_API void setBackgroundWarningSink(BackgroundWarningSink sink);
+
+namespace detail {
+
+// Called first thing by every thread the library starts: its TORCH_WARNs go
+// to the background warning sink. Thread-safe (sets a thread-local).
+TORCH_MONITOR_API void routeThreadWarningsToBackgroundSink();
+
+} // namespace detail
+} // namespace torch_monitor

@@ -1,0 +1,40 @@
+#include <torch_monitor/background_warnings.h>
+
+#include <atomic>
+
+namespace torch_monitor {
+namespace {
+
+std::atomic<BackgroundWarningSink> installedSink{nullptr};
+
+// The thread-local c10 handler of the library's threads: hands each warning
+// to the installed sink, else to c10's default (stderr).
+class BackgroundWarningHandler : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override {
+    if (BackgroundWarningSink sink =
+            installedSink.load(std::memory_order_acquire)) {
+      sink(warning);
+    } else {
+      c10::WarningHandler::process(warning);
+    }
+  }
+};
+
+} // namespace
+
+void setBackgroundWarningSink(BackgroundWarningSink sink) {
+  installedSink.store(sink, std::memory_order_release);
+}
+
+namespace detail {
+
+void routeThreadWarningsToBackgroundSink() {
+  // Stateless and never destroyed: threads outliving static destruction
+  // may still warn.
+  static auto* handler = new BackgroundWarningHandler();
+  c10::WarningUtils::set_warning_handler(handler);
+}
+
+} // namespace detail
+} // namespace torch_monitor
