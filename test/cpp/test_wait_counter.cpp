@@ -33,7 +33,7 @@ TEST(WaitCounter, GuardsRecordCountTotalMaxAndMeanPerWindow) {
   clock.advance(1000);
   counter.record(std::chrono::microseconds(1)); // closes the window
   ASSERT_EQ(recorder->statEvents().size(), 1u);
-  const Event& e = recorder->statEvents()[0];
+  const Event e = recorder->statEvents()[0];
   EXPECT_EQ(
       test::keysOf(e),
       (std::vector<std::string>{
