@@ -101,8 +101,9 @@ void registerWaitCounterClasses(torch::Library& m) {
              const c10::IValue& /*traceback*/) { self->exit(); });
 
   auto counter = m.class_<Counter>("WaitCounter");
-  defineFlatten(
-      counter, [configOf](const Counter& self) { return configOf(self.counter()); });
+  defineFlatten(counter, [configOf](const Counter& self) {
+    return configOf(self.counter());
+  });
   counter
       .def(
           torch::init([](std::string key,
