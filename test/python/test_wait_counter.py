@@ -234,3 +234,18 @@ def test_uninitialised_objects_are_refused():
         )
     )
     assert outcome.stdout.strip() == "ok"
+
+
+def test_guard_inside_compiled_code_is_a_clear_error(tm):
+    # A compiled graph cannot time a region of itself; the derived fake says
+    # so, naming the method, instead of timing nothing silently.
+    counter = tm.WaitCounter("compiled", 60.0)
+
+    @torch.compile(backend="eager", fullgraph=True)
+    def step(x):
+        with counter.guard():
+            y = x + 1
+        return y
+
+    with pytest.raises(Exception, match=r"guard\(\) cannot be called inside code"):
+        step(torch.ones(2))
