@@ -50,6 +50,8 @@ from ._C import (  # noqa: E402
     EventHandlerHandle,
     IntStat,
     Stat,
+    WaitCounter,
+    WaitCounterTracker,
     log_event,
     register_event_handler,
     unregister_event_handler,
@@ -66,6 +68,10 @@ from .sinks import *  # noqa: E402,F401,F403
 
 #: The value types an Event's data may hold.
 data_value_t = _Union[str, float, int, bool]
+
+# torch.monitor's names for the duration counter, for drop-in code.
+_WaitCounter = WaitCounter
+_WaitCounterTracker = WaitCounterTracker
 
 # Compiled and exported graphs call methods of the Python faces (ScriptObject
 # subclasses) through their TorchScript methods.
@@ -106,6 +112,8 @@ __all__ = [
     "MIN",
     "Stat",
     "IntStat",
+    "WaitCounter",
+    "WaitCounterTracker",
     "Event",
     "EventHandlerHandle",
     "data_value_t",

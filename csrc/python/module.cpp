@@ -41,6 +41,7 @@ PYBIND11_MODULE(_C, m) {
   tp::initEvent(m);
   tp::initHandlers(m);
   tp::initStats(m);
+  tp::initWaitCounters(m);
   tp::initReducers(m);
   tp::initMonitors(m);
   tp::initTesting(m);

@@ -2,6 +2,7 @@
 
 // Shared pieces of the Python binding torch_monitor._C.
 
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include <torch_monitor/event.h>
 #include <torch_monitor/event_handler.h>
+#include <torch_monitor/stat.h>
 
 namespace torch_monitor::python {
 
@@ -91,6 +93,14 @@ py::object eventToPython(const Event& event);
 std::string textFromPython(py::handle obj, const std::string& what);
 
 
+// A Stat's window (also a WaitCounter's): a datetime.timedelta or a number
+// of seconds, kept in whole ms; ValueError/TypeError otherwise.
+std::chrono::milliseconds windowFromPython(py::handle window);
+// A window in ms as a datetime.timedelta.
+py::object timedeltaFromMs(int64_t ms);
+// close_on_time: a bool (TypeError for any other object).
+WindowClose windowCloseFromPython(py::handle closeOnTime);
+
 // Marks `cls` (a torch::jit::Object subclass) as the Python face of the
 // custom class torch.classes.torch_monitor.<scriptClass>: torch_monitor._fake
 // then gives it every TorchScript method it does not define itself and makes
@@ -102,6 +112,7 @@ void initAggregation(py::module_& m);
 void initEvent(py::module_& m);
 void initHandlers(py::module_& m);
 void initStats(py::module_& m);
+void initWaitCounters(py::module_& m);
 void initReducers(py::module_& m);
 void initMonitors(py::module_& m);
 void initTesting(py::module_& m);

@@ -350,16 +350,16 @@ void initTesting(py::module_& m) {
       "_set_fake_monotonic_ms",
       [](py::object ms) {
         if (ms.is_none()) {
-          testing::clearFakeMonotonicClock();
+          test_hooks::clearFakeMonotonicClock();
         } else {
-          testing::setFakeMonotonicMs(ms.cast<int64_t>());
+          test_hooks::setFakeMonotonicMs(ms.cast<int64_t>());
         }
       },
       py::arg("ms"),
       "Drive every Stat's monotonic clock by hand (None: real clock again)");
   m.def(
       "_set_cpu_tensors_take_device_path",
-      &testing::setCpuTensorsTakeDevicePath,
+      &test_hooks::setCpuTensorsTakeDevicePath,
       py::arg("on"),
       "Route CPU tensors through the accelerator tensors' path (tests)");
 }

@@ -64,7 +64,9 @@ std::vector<Aggregation> aggregationsFromPython(py::handle aggregations) {
   return out;
 }
 
-// A datetime.timedelta, or a number of seconds.
+} // namespace
+
+// Shared with WaitCounter (py_common.h).
 std::chrono::milliseconds windowFromPython(py::handle window) {
   if (PyDateTimeAPI == nullptr) {
     PyDateTime_IMPORT;
@@ -100,6 +102,31 @@ std::chrono::milliseconds windowFromPython(py::handle window) {
       std::string(Py_TYPE(window.ptr())->tp_name));
 }
 
+
+py::object timedeltaFromMs(int64_t ms) {
+  if (PyDateTimeAPI == nullptr) {
+    PyDateTime_IMPORT;
+  }
+  return py::reinterpret_steal<py::object>(PyDelta_FromDSU(
+      static_cast<int>(ms / 86400000),
+      static_cast<int>((ms % 86400000) / 1000),
+      static_cast<int>((ms % 1000) * 1000)));
+}
+
+
+// close_on_time: a bool, as torch.monitor takes flags (not a truthy object).
+WindowClose windowCloseFromPython(py::handle closeOnTime) {
+  if (!PyBool_Check(closeOnTime.ptr())) {
+    throw py::type_error(
+        "close_on_time must be a bool, got " +
+        std::string(Py_TYPE(closeOnTime.ptr())->tp_name));
+  }
+  return closeOnTime.ptr() == Py_True ? WindowClose::ON_TIME
+                                      : WindowClose::LAZY;
+}
+
+namespace {
+
 // A count such as max_samples: an int (or an object with __index__, e.g. a
 // NumPy integer), not a bool, in 1..2**63-1.
 int64_t countFromPython(py::handle value, const char* what) {
@@ -125,28 +152,6 @@ int64_t countFromPython(py::handle value, const char* what) {
       ", the default: no limit), got ",
       py::repr(index).cast<std::string>());
   return count;
-}
-
-py::object timedeltaFromMs(int64_t ms) {
-  if (PyDateTimeAPI == nullptr) {
-    PyDateTime_IMPORT;
-  }
-  return py::reinterpret_steal<py::object>(PyDelta_FromDSU(
-      static_cast<int>(ms / 86400000),
-      static_cast<int>((ms % 86400000) / 1000),
-      static_cast<int>((ms % 1000) * 1000)));
-}
-
-
-// close_on_time: a bool, as torch.monitor takes flags (not a truthy object).
-WindowClose windowCloseFromPython(py::handle closeOnTime) {
-  if (!PyBool_Check(closeOnTime.ptr())) {
-    throw py::type_error(
-        "close_on_time must be a bool, got " +
-        std::string(Py_TYPE(closeOnTime.ptr())->tp_name));
-  }
-  return closeOnTime.ptr() == Py_True ? WindowClose::ON_TIME
-                                      : WindowClose::LAZY;
 }
 
 // A pickled state of either version (1: before close_on_time and steps).

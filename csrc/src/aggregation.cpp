@@ -37,7 +37,7 @@ Aggregation aggregationFromName(std::string_view name) {
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) {
     return static_cast<char>(std::tolower(c));
   });
-  for (int i = 1; i < kNumAggregations; ++i) {
+  for (int i = 1; i < NUM_AGGREGATIONS; ++i) {
     const auto a = static_cast<Aggregation>(i);
     if (lower == aggregationName(a)) {
       return a;
@@ -53,7 +53,7 @@ Aggregation aggregationFromName(std::string_view name) {
 
 Aggregation aggregationFromInt(int64_t value) {
   TORCH_CHECK_VALUE(
-      value >= 1 && value < kNumAggregations,
+      value >= 1 && value < NUM_AGGREGATIONS,
       "invalid aggregation ",
       value,
       "; valid aggregations are ",
@@ -71,7 +71,7 @@ AggregationSet::AggregationSet(const std::vector<Aggregation>& aggregations) {
 
 std::vector<Aggregation> AggregationSet::members() const {
   std::vector<Aggregation> out;
-  for (int i = 1; i < kNumAggregations; ++i) {
+  for (int i = 1; i < NUM_AGGREGATIONS; ++i) {
     if (contains(static_cast<Aggregation>(i))) {
       out.push_back(static_cast<Aggregation>(i));
     }

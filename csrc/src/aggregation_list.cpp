@@ -5,7 +5,7 @@ namespace torch_monitor::detail {
 static_assert(
     sizeof(uintptr_t) * 8 >= 1 + 3 * PackedAggregationList::kMaxPacked,
     "the packed form needs 64-bit words");
-static_assert(kNumAggregations <= 8, "an aggregation must fit in 3 bits");
+static_assert(NUM_AGGREGATIONS <= 8, "an aggregation must fit in 3 bits");
 
 PackedAggregationList::PackedAggregationList(
     const std::vector<Aggregation>& list) {

@@ -19,13 +19,13 @@ bool coarseClockIsPreciseEnough(int64_t windowMs) noexcept {
   return windowMs >= (resolutionNs + 9999) / 10000;
 }
 
-namespace testing {
+namespace test_hooks {
 void setFakeMonotonicMs(int64_t ms) noexcept {
   detail::fakeMonotonicMs.store(ms, std::memory_order_relaxed);
 }
 void clearFakeMonotonicClock() noexcept {
   detail::fakeMonotonicMs.store(detail::kNoFakeClock, std::memory_order_relaxed);
 }
-} // namespace testing
+} // namespace test_hooks
 
 } // namespace torch_monitor

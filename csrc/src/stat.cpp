@@ -149,13 +149,53 @@ void Stat<T>::addAfterRollOver(T v, int64_t now) {
   emit(closed);
 }
 
+namespace {
+// The last answer of Stat<T>::currentWindowId() itself on this thread and the
+// stat it came from: askWindowId() tells by them whether an override
+// answered, without a field in every stat.
+thread_local const void* ownAnswerOf = nullptr;
+thread_local uint64_t ownAnswer = 0;
+} // namespace
+
+template <typename T>
+uint64_t Stat<T>::currentWindowId() const {
+  const auto id = static_cast<uint64_t>(windowIdAt(readClock(clock_)));
+  ownAnswerOf = this;
+  ownAnswer = id;
+  return id;
+}
+
+template <typename T>
+int64_t Stat<T>::askWindowId(bool& driven) const {
+  ownAnswerOf = nullptr;
+  const uint64_t id = currentWindowId(); // the one virtual call
+  // An override that returns what this implementation returned is not
+  // driving anything (yet).
+  driven = !(ownAnswerOf == this && ownAnswer == id);
+  ownAnswerOf = nullptr;
+  return static_cast<int64_t>(id);
+}
+
 template <typename T>
 typename Stat<T>::ClosedWindow Stat<T>::closeIfEndedLocked(int64_t now) {
+  const int64_t end = windowEndMs_.load(std::memory_order_relaxed);
   // Another thread may have closed the window since we read the clock.
-  if (now < windowEndMs_.load(std::memory_order_relaxed)) {
+  if (end != kDrivenByOverride && now < end) {
     return ClosedWindow();
   }
-  return rollOverLocked(windowIdAt(now) * windowLength_);
+  bool driven = false;
+  const int64_t id = askWindowId(driven);
+  if (!driven && end != kDrivenByOverride) {
+    return rollOverLocked(id * windowLength_);
+  }
+  // From now on the override alone decides: every add comes here.
+  ShardTable& table = tableLocked();
+  if (id == table.drivenWindowId) {
+    windowEndMs_.store(kDrivenByOverride, std::memory_order_release);
+    return ClosedWindow();
+  }
+  table.drivenWindowId = id;
+  return rollOverLocked(kDrivenByOverride);
 }
 
 template <typename T>
@@ -212,7 +252,14 @@ void Stat<T>::addCapped(T v) {
     std::lock_guard<std::mutex> guard(mutex_);
     CappedWindow& w = *state_.capped;
     const int64_t now = readClock(clock_);
-    const int64_t windowId = windowIdAt(now);
+    int64_t windowId = windowIdAt(now);
+    // currentWindowId() is asked at boundaries of the own clock only, or on
+    // every add once an override drives the windows.
+    if (w.driven || windowId != w.windowId) {
+      bool driven = false;
+      windowId = askWindowId(driven);
+      w.driven = w.driven || driven;
+    }
     if ((windowId != w.windowId || w.current.count >= w.maxSamples) &&
         w.lastClosedWindowId != windowId) {
       closeCappedLocked(closed[0], windowId);
@@ -353,7 +400,7 @@ template <typename T>
 std::vector<std::pair<Aggregation, T>> Stat<T>::aggregatesOf(
     const detail::Accumulator<T>& window) const {
   std::vector<std::pair<Aggregation, T>> out;
-  for (int i = 1; i < kNumAggregations; ++i) {
+  for (int i = 1; i < NUM_AGGREGATIONS; ++i) {
     const auto aggregation = static_cast<Aggregation>(i);
     if (!aggregations_.contains(aggregation)) {
       continue;
@@ -435,16 +482,21 @@ std::optional<Event> Stat<T>::closeEndedWindow(int64_t& openEndMs) {
     const int64_t now = readClock(clock_);
     if (capped_) {
       CappedWindow& w = *state_.capped;
-      if (w.current.count > 0 && windowIdAt(now) != w.windowId) {
+      // A window an override of currentWindowId() drives ends when its
+      // answer changes, which only add() asks.
+      if (!w.driven && w.current.count > 0 && windowIdAt(now) != w.windowId) {
         closeCappedLocked(closed, /*nextWindowId=*/0);
       }
-      openEndMs = w.current.count > 0 ? w.windowId * windowLength_ : 0;
+      openEndMs = !w.driven && w.current.count > 0
+          ? w.windowId * windowLength_
+          : 0;
     } else {
       const int64_t end = windowEndMs_.load(std::memory_order_relaxed);
-      if (end != 0 && now >= end) {
+      if (end != 0 && end != kDrivenByOverride && now >= end) {
         closed = rollOverLocked(/*nextEndMs=*/0);
       }
-      openEndMs = windowEndMs_.load(std::memory_order_relaxed);
+      const int64_t open = windowEndMs_.load(std::memory_order_relaxed);
+      openEndMs = open == kDrivenByOverride ? 0 : open;
     }
   }
   return eventOf(closed);
@@ -495,7 +547,7 @@ int64_t Stat<T>::count() const {
 }
 
 template <typename T>
-std::unordered_map<Aggregation, T> Stat<T>::get() const {
+std::unordered_map<Aggregation, T, AggregationHash> Stat<T>::get() const {
   std::lock_guard<std::mutex> guard(mutex_);
   const auto aggregates = aggregatesOf(prev_);
   return {aggregates.begin(), aggregates.end()};

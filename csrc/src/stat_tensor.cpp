@@ -16,11 +16,11 @@ namespace {
 std::atomic<bool> cpuTensorsTakeDevicePath{false};
 } // namespace
 
-namespace testing {
+namespace test_hooks {
 void setCpuTensorsTakeDevicePath(bool on) noexcept {
   cpuTensorsTakeDevicePath.store(on, std::memory_order_relaxed);
 }
-} // namespace testing
+} // namespace test_hooks
 
 template <typename T>
 void Stat<T>::add(const at::Tensor& values) {

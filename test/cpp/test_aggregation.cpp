@@ -38,7 +38,7 @@ TEST(Aggregation, IntegerValues) {
   EXPECT_EQ(static_cast<int>(Aggregation::SUM), 4);
   EXPECT_EQ(static_cast<int>(Aggregation::MAX), 5);
   EXPECT_EQ(static_cast<int>(Aggregation::MIN), 6);
-  EXPECT_EQ(kNumAggregations, 7);
+  EXPECT_EQ(NUM_AGGREGATIONS, 7);
 }
 
 TEST(Aggregation, Names) {
@@ -51,8 +51,8 @@ TEST(Aggregation, Names) {
 // Same integer values and names as torch::monitor, so ints stored by code or
 // saved models written for torch.monitor keep their meaning.
 TEST(Aggregation, MatchesTorchMonitor) {
-  EXPECT_EQ(kNumAggregations, torch::monitor::NUM_AGGREGATIONS);
-  for (int i = 1; i < kNumAggregations; ++i) {
+  EXPECT_EQ(NUM_AGGREGATIONS, torch::monitor::NUM_AGGREGATIONS);
+  for (int i = 1; i < NUM_AGGREGATIONS; ++i) {
     const auto theirs = static_cast<torch::monitor::Aggregation>(i);
     EXPECT_EQ(
         std::string(aggregationName(static_cast<Aggregation>(i))),
@@ -77,7 +77,7 @@ TEST(Aggregation, FromNameIsCaseInsensitive) {
 }
 
 TEST(Aggregation, FromNameRoundTripsName) {
-  for (int i = 1; i < kNumAggregations; ++i) {
+  for (int i = 1; i < NUM_AGGREGATIONS; ++i) {
     const auto a = static_cast<Aggregation>(i);
     EXPECT_EQ(aggregationFromName(aggregationName(a)), a);
   }
@@ -119,7 +119,7 @@ TEST(AggregationSet, DefaultIsEmpty) {
   const AggregationSet set;
   EXPECT_TRUE(set.empty());
   EXPECT_TRUE(set.members().empty());
-  for (int i = 0; i < kNumAggregations; ++i) {
+  for (int i = 0; i < NUM_AGGREGATIONS; ++i) {
     EXPECT_FALSE(set.contains(static_cast<Aggregation>(i)));
   }
 }
@@ -144,7 +144,7 @@ TEST(AggregationSet, DeduplicatesAndSortsMembers) {
 
 TEST(AggregationSet, AllMembers) {
   std::vector<Aggregation> all;
-  for (int i = kNumAggregations - 1; i >= 1; --i) {
+  for (int i = NUM_AGGREGATIONS - 1; i >= 1; --i) {
     all.push_back(static_cast<Aggregation>(i));
   }
   const AggregationSet set(all);

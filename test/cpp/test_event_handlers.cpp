@@ -556,7 +556,7 @@ void readSameStatFromItsEvent(int64_t maxSamples) {
   std::optional<Stat<T>> s;
   struct Seen {
     int calls = 0;
-    std::unordered_map<Aggregation, T> got;
+    std::unordered_map<Aggregation, T, AggregationHash> got;
     int64_t count = -1;
     T eventSum{};
   } seen;

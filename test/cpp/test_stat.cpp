@@ -47,7 +47,7 @@ constexpr auto MIN = Aggregation::MIN;
 
 // get()'s result keyed by name, so failures print readably.
 template <typename T>
-std::map<std::string, T> byName(const std::unordered_map<Aggregation, T>& m) {
+std::map<std::string, T> byName(const std::unordered_map<Aggregation, T, AggregationHash>& m) {
   std::map<std::string, T> out;
   for (const auto& [a, v] : m) {
     out[aggregationName(a)] = v;

@@ -3,7 +3,7 @@
 //
 // The accelerator path (summaries kept as device tensors until the window
 // closes) runs here on CPU tensors through
-// testing::setCpuTensorsTakeDevicePath; the Python tests run it on CUDA when
+// test_hooks::setCpuTensorsTakeDevicePath; the Python tests run it on CUDA when
 // a GPU is present.
 
 #include <cmath>
@@ -27,10 +27,10 @@ using test::valueOf;
 // The device path for the scope.
 struct DevicePath {
   DevicePath() {
-    testing::setCpuTensorsTakeDevicePath(true);
+    test_hooks::setCpuTensorsTakeDevicePath(true);
   }
   ~DevicePath() {
-    testing::setCpuTensorsTakeDevicePath(false);
+    test_hooks::setCpuTensorsTakeDevicePath(false);
   }
 };
 

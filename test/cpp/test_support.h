@@ -149,17 +149,17 @@ struct ScopedRecorder {
 class FakeClock {
  public:
   explicit FakeClock(int64_t ms = 0) : now_(ms) {
-    testing::setFakeMonotonicMs(ms);
+    test_hooks::setFakeMonotonicMs(ms);
   }
   ~FakeClock() {
-    testing::clearFakeMonotonicClock();
+    test_hooks::clearFakeMonotonicClock();
   }
   FakeClock(const FakeClock&) = delete;
   FakeClock& operator=(const FakeClock&) = delete;
 
   void set(int64_t ms) {
     now_ = ms;
-    testing::setFakeMonotonicMs(ms);
+    test_hooks::setFakeMonotonicMs(ms);
   }
   void advance(int64_t ms) {
     set(now_ + ms);

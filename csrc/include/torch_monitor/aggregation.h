@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -24,7 +25,19 @@ enum class Aggregation : int {
   MIN = 6,
 };
 
-constexpr int kNumAggregations = 7;
+// The number of Aggregation values, NONE included (spelled as
+// torch::monitor spells it, so its code compiles unchanged).
+constexpr int NUM_AGGREGATIONS = 7;
+
+// The hash of the maps Stat::get() returns, as torch::monitor names it (code
+// written for it spells the map type out: unordered_map<Aggregation, T,
+// AggregationHash>).
+// Thread safety: stateless.
+struct AggregationHash {
+  std::size_t operator()(Aggregation aggregation) const noexcept {
+    return static_cast<std::size_t>(aggregation);
+  }
+};
 
 // Lower-case name ("value", "mean", ...) used to build event keys.
 TORCH_MONITOR_API const char* aggregationName(Aggregation aggregation);
@@ -56,7 +69,7 @@ class AggregationSet {
  private:
   // One byte: a Stat keeps its flags beside it within its memory budget.
   uint8_t bits_ = 0;
-  static_assert(kNumAggregations <= 8, "one bit per aggregation");
+  static_assert(NUM_AGGREGATIONS <= 8, "one bit per aggregation");
 };
 
 } // namespace torch_monitor

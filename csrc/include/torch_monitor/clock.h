@@ -46,12 +46,12 @@ inline int64_t readClock(ClockSource source) noexcept {
 // window boundary is late by at most 1% of the window.
 TORCH_MONITOR_API bool coarseClockIsPreciseEnough(int64_t windowMs) noexcept;
 
-namespace testing {
+namespace test_hooks {
 // Replaces the monotonic clock of every Stat by a fake one set to `ms`, so
 // window tests are deterministic without sleeping. Process-wide.
 TORCH_MONITOR_API void setFakeMonotonicMs(int64_t ms) noexcept;
 // Returns to the real monotonic clock.
 TORCH_MONITOR_API void clearFakeMonotonicClock() noexcept;
-} // namespace testing
+} // namespace test_hooks
 
 } // namespace torch_monitor

@@ -130,8 +130,9 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   Stat& operator=(const Stat&) = delete;
 
   // Closes the open window: logs it if it holds samples, even if it has not
-  // elapsed. A throwing handler is reported as a warning here.
-  ~Stat();
+  // elapsed. A throwing handler is reported as a warning here. Virtual, as
+  // torch::monitor's: code deletes subclasses through a Stat pointer.
+  virtual ~Stat();
 
   // Adds one sample to the current window, closing the previous window first
   // if it has ended. The sample is added even when a handler of the closing
@@ -167,7 +168,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   int64_t count() const;
   // The aggregates of the last closed window (zeros before the first close),
   // one entry per enabled aggregation.
-  std::unordered_map<Aggregation, T> get() const;
+  std::unordered_map<Aggregation, T, AggregationHash> get() const;
 
   // The window length: windowSize() for time windows (0 for step windows),
   // windowSteps() for step windows (0 for time windows).
@@ -189,6 +190,20 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     return aggregationList_.unpack();
   }
 
+ protected:
+  // The id of the window a sample added now belongs to (at least 1):
+  // torch::monitor's override point, which tests override to drive the
+  // windows of each stat by hand. This implementation reads the stat's own
+  // clock (time, steps, or the fake clock of test_hooks).
+  //
+  // It is asked only at a window boundary of the stat's own clock, so add()
+  // makes no virtual call within a window. From the first answer that is not
+  // this implementation's, the stat follows the override alone: every add()
+  // then asks it, and a window ends when its answer changes (also for
+  // WindowClose::ON_TIME, whose timer then leaves the stat alone).
+  // Called with the stat's mutex held: an override must not call the stat.
+  virtual uint64_t currentWindowId() const;
+
  private:
   struct ClosedWindow {
     detail::Accumulator<T> values;
@@ -202,6 +217,9 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     std::atomic<detail::CacheLineShard<T>*>
         shards[detail::kMaxThreadSlots + 1] = {};
     detail::TensorWindow<T>* tensors = nullptr; // guarded by mutex_
+    // The open window's id while an override of currentWindowId() drives
+    // the windows (guarded by mutex_).
+    int64_t drivenWindowId = 0;
   };
   // Capped mode only: torch::monitor's window state machine.
   struct CappedWindow {
@@ -210,6 +228,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     detail::Accumulator<T> current;
     int64_t windowId = 0; // 0: none (before the first add, after the timer)
     int64_t lastClosedWindowId = 0;
+    bool driven = false; // by an override of currentWindowId()
   };
   static constexpr int16_t kNoSlot = -1;
 
@@ -243,6 +262,9 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     shard->leave();
   }
   void addAfterRollOver(T v, int64_t now);
+  // Asks currentWindowId() for the window of a sample added now; `driven`
+  // tells whether an override answered rather than this stat's own clock.
+  int64_t askWindowId(bool& driven) const;
   // Closes the open window if it ended before `now` and opens the one
   // holding `now`; returns the closed window for emission outside the lock
   // (callers hold mutex_).
@@ -311,8 +333,11 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
 
   // End (exclusive, in clock_'s units: monotonic ms or steps) of the open
   // window; 0 before the first add and after the window timer closed a
-  // window.
+  // window; kDrivenByOverride once an override of currentWindowId() drives
+  // the windows (every add then takes the slow path).
   std::atomic<int64_t> windowEndMs_{0};
+  static constexpr int64_t kDrivenByOverride =
+      std::numeric_limits<int64_t>::min();
   // The slot of the thread that owns firstShard_, kNoSlot before the first
   // add. The overflow slot never owns it.
   std::atomic<int16_t> firstSlot_{kNoSlot};
@@ -354,12 +379,12 @@ TORCH_MONITOR_API std::chrono::milliseconds windowFromSeconds(double seconds);
 // Thread safety: callable from any thread, concurrently with every Stat API.
 TORCH_MONITOR_API void closeAllStats() noexcept;
 
-namespace testing {
+namespace test_hooks {
 // Routes CPU tensors through the path other devices' tensors take (their
 // summaries kept as tensors until the window closes), so that tests on a
 // machine without an accelerator cover it. Process-wide.
 TORCH_MONITOR_API void setCpuTensorsTakeDevicePath(bool on) noexcept;
-} // namespace testing
+} // namespace test_hooks
 
 extern template class Stat<double>;
 extern template class Stat<int64_t>;

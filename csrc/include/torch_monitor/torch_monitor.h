@@ -12,6 +12,7 @@
 #include <torch_monitor/stat.h>
 #include <torch_monitor/step.h>
 #include <torch_monitor/version.h>
+#include <torch_monitor/wait_counter.h>
 // Sinks: standard-library headers only (their internals are out of line).
 #include <torch_monitor/sinks/sinks.h>
 // Reducers and monitors: need only <ATen/core/Tensor.h>-level headers.

@@ -4,6 +4,7 @@
 // (torch.ops.load_library, dlopen, or linking it) registers everything.
 TORCH_LIBRARY(torch_monitor, m) {
   torch_monitor::script::registerStatClasses(m);
+  torch_monitor::script::registerWaitCounterClasses(m);
   torch_monitor::script::registerEventClassAndOps(m);
   torch_monitor::script::registerStepOps(m);
   torch_monitor::script::registerReducerClasses(m);

@@ -6,6 +6,15 @@
 #include <torch_monitor/script/registration.h>
 
 namespace torch_monitor::script {
+
+std::chrono::milliseconds windowFromIValue(const c10::IValue& v) {
+  TORCH_CHECK_TYPE(
+      v.isDouble() || v.isInt(),
+      "window_size must be a number of seconds (float or int), got ",
+      v.tagKind());
+  return windowFromSeconds(v.isDouble() ? v.toDouble() : double(v.toInt()));
+}
+
 namespace {
 
 Aggregation aggregationFromIValue(const c10::IValue& v) {
@@ -33,13 +42,6 @@ std::vector<Aggregation> aggregationsFromIValue(const c10::IValue& v) {
   return out;
 }
 
-std::chrono::milliseconds windowFromIValue(const c10::IValue& v) {
-  TORCH_CHECK_TYPE(
-      v.isDouble() || v.isInt(),
-      "window_size must be a number of seconds (float or int), got ",
-      v.tagKind());
-  return windowFromSeconds(v.isDouble() ? v.toDouble() : double(v.toInt()));
-}
 
 template <typename T>
 void defineStatClass(torch::Library& m, const char* className) {

@@ -29,7 +29,7 @@ size_t aggregationDot(const std::string& key) {
     return std::string::npos;
   }
   const std::string_view suffix(key.data() + dot + 1, key.size() - dot - 1);
-  for (int a = 1; a < kNumAggregations; ++a) {
+  for (int a = 1; a < NUM_AGGREGATIONS; ++a) {
     if (suffix == aggregationName(static_cast<Aggregation>(a))) {
       return dot;
     }

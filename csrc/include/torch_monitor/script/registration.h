@@ -6,6 +6,7 @@
 // script_library.cpp); classes must be defined before ops that take them.
 namespace torch_monitor::script {
 void registerStatClasses(torch::Library& m);
+void registerWaitCounterClasses(torch::Library& m);
 void registerEventClassAndOps(torch::Library& m);
 void registerStepOps(torch::Library& m); // after the Event ops: shares their fakes' module
 void registerReducerClasses(torch::Library& m);

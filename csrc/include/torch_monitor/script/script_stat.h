@@ -88,6 +88,10 @@ class ScriptStat : public torch::CustomClassHolder {
   Stat<T> stat_;
 };
 
+// A window given to a TorchScript constructor: a number of seconds (float
+// or int); c10::TypeError / c10::ValueError otherwise.
+std::chrono::milliseconds windowFromIValue(const c10::IValue& v);
+
 using ScriptDoubleStat = ScriptStat<double>;
 using ScriptIntStat = ScriptStat<int64_t>;
 
