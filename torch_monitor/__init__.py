@@ -52,6 +52,7 @@ from .monitors import *  # noqa: E402,F401,F403
 from .monitors import __all__ as _monitors_all  # noqa: E402
 from .sinks import *  # noqa: E402,F401,F403
 from .sinks import __all__ as _sinks_all  # noqa: E402
+from ._listing import monitors_of  # noqa: E402
 
 #: The value types an Event's data may hold.
 data_value_t = _Union[str, float, int, bool]
@@ -104,4 +105,4 @@ __all__ = [
     "STAT_EVENT",
     "library_path",
     "cmake_prefix_path",
-] + _reducers_all + _monitors_all + _sinks_all
+] + _reducers_all + _monitors_all + _sinks_all + ["monitors_of"]

@@ -42,7 +42,9 @@ PYBIND11_MODULE(_C, m) {
   tp::initHandlers(m);
   tp::initStats(m);
   tp::initReducers(m);
+  tp::initCustomReducers(m);
   tp::initMonitors(m);
+  tp::initMonitorListing(m);
   tp::initTesting(m);
   tp::initSinks(m);
 }

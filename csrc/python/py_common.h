@@ -103,7 +103,9 @@ void initEvent(py::module_& m);
 void initHandlers(py::module_& m);
 void initStats(py::module_& m);
 void initReducers(py::module_& m);
+void initCustomReducers(py::module_& m);
 void initMonitors(py::module_& m);
+void initMonitorListing(py::module_& m);
 void initTesting(py::module_& m);
 void initSinks(py::module_& m);
 
