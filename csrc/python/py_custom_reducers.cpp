@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/api/object.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <torch_monitor/reducers/reducer.h>
