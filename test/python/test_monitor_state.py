@@ -168,3 +168,26 @@ def test_monitors_of_eager_scripted_and_loaded_models():
     assert tm.monitors_of(nn.Linear(2, 2)) == {}
     with pytest.raises(TypeError, match="monitors_of takes"):
         tm.monitors_of("not a module")
+
+
+def test_calling_forward_directly_skips_the_top_modules_monitors():
+    # TorchScript runs a module's hooks only through module(inputs): called
+    # as module.forward(inputs), the monitors on that module itself feed
+    # nothing (cpp_hooks.md, top); submodules called inside forward() still
+    # run theirs. Listing the monitors is how to notice.
+    net = Net()
+    top = tm.DifferenceMonitor(tm.PassthroughReducer(1.0, 3.0), "block.state", net)
+    inner = tm.DifferenceMonitor(tm.PassthroughReducer(1.0, 3.0), "weight", net.fc)
+    net(torch.ones(2))
+    buffer = io.BytesIO()
+    torch.jit.save(torch.jit.script(net), buffer)
+    buffer.seek(0)
+    loaded = torch.jit.load(buffer)
+    found = tm.monitors_of(loaded)
+    for monitor in found.values():
+        monitor.clear()
+    loaded.forward(torch.ones(2))
+    assert found[top.key].peek() is None
+    assert found[f"fc.{inner.key}"].peek() is not None
+    loaded(torch.ones(2))
+    torch.testing.assert_close(found[top.key].peek(), torch.ones(2))

@@ -80,8 +80,8 @@ std::vector<MonitorEntry> silentMonitors(
         " monitor(s) of this module recorded nothing (",
         names,
         "). If the model ran, it was probably called as "
-        "module.forward(inputs), which skips TorchScript's forward hooks and "
-        "so every monitor: call module(inputs) instead.");
+        "module.forward(inputs), which skips the forward hooks (and so the "
+        "monitors) of that module: call module(inputs) instead.");
   }
   return silent;
 }

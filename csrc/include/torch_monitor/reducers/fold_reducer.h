@@ -56,6 +56,8 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   // defines fold() / interpolate() (inferno's way of writing a reducer). The
   // history, view() and the rest stay this class's. A reducer with one
   // cannot be saved by TorchScript (its code is not part of the state).
+  // Thread safety: immutable once installed; the functions are called with
+  // the reducer's lock held, one step at a time.
   struct CustomFold {
     // (inputs, previous state or nullopt at the first step) -> new state.
     std::function<at::Tensor(

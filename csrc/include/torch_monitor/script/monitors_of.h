@@ -38,8 +38,9 @@ TORCH_MONITOR_API std::vector<MonitorEntry> monitorsOf(
 
 // The monitors of monitorsOf(module) that have recorded nothing (peek() is
 // None). Call it after running the model: a non-empty result usually means
-// the model was run with `module.forward(inputs)`, which skips TorchScript's
-// forward hooks (and so every monitor); run `module(inputs)` instead. With
+// the model was run with `module.forward(inputs)`, which skips the forward
+// hooks of `module` itself (so its monitors; submodules called inside
+// forward() still run theirs); run `module(inputs)` instead. With
 // `warn`, also warns (TORCH_WARN_ONCE: once per process) naming them.
 // Thread safety: as monitorsOf().
 TORCH_MONITOR_API std::vector<MonitorEntry> silentMonitors(
