@@ -65,6 +65,7 @@ from . import monitors, reducers, sinks  # noqa: E402  (their __all__ below)
 from .reducers import *  # noqa: E402,F401,F403
 from .monitors import *  # noqa: E402,F401,F403
 from .sinks import *  # noqa: E402,F401,F403
+from ._listing import monitors_of  # noqa: E402
 
 #: The value types an Event's data may hold.
 data_value_t = _Union[str, float, int, bool]
@@ -134,3 +135,4 @@ __all__ = [
 __all__ += reducers.__all__
 __all__ += monitors.__all__
 __all__ += sinks.__all__
+__all__ += ["monitors_of"]

@@ -244,6 +244,35 @@ def _detach(handles, module_ref, key):
         module.__dict__.pop(key, None)
 
 
+# ------------------------------------------------- default filter_ and map_
+
+
+def _default_filter(post: Any, pre: Any) -> bool:
+    """DifferenceMonitor's default ``filter_``: rejects only two Nones."""
+    return not (post is None and pre is None)
+
+
+class DefaultMap:
+    """DifferenceMonitor's default ``map_`` as a callable: ``op(post, pre)``
+    (``op`` None: ``post - pre``) element-wise over tuples (zip) or once, a
+    None side counting as zeros. Computed by the C++ monitor's own default."""
+
+    def __init__(self, op: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None):
+        self.op = op
+
+    def __call__(self, post: Any, pre: Any) -> Tuple[torch.Tensor, ...]:
+        return _C._difference_default_map(post, pre, self.op)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DefaultMap) and other.op is self.op
+
+    def __hash__(self) -> int:
+        return hash((DefaultMap, id(self.op)))
+
+    def __repr__(self) -> str:
+        return f"DefaultMap(op={self.op!r})"
+
+
 # ----------------------------------------------------------------- monitor
 
 
@@ -598,6 +627,12 @@ class DifferenceMonitor(_Monitor):
         nn.Module.__init__(self)
         if not isinstance(attr, str):
             raise TypeError(f"attr must be a str, got {type(attr).__name__}")
+        # The defaults read back from a monitor are the defaults again (so a
+        # monitor built from another's filter_/map_ can still be saved).
+        if filter_ is _default_filter:
+            filter_ = None
+        if isinstance(map_, DefaultMap):
+            map_, op_ = None, (map_.op if op_ is None else op_)
         core = _C.DifferenceMonitorCore(
             reducer,
             attr,
@@ -657,13 +692,15 @@ class DifferenceMonitor(_Monitor):
 
     @property
     def filter_(self):
-        """The custom filter, or None for the default."""
-        return self._core.filter_
+        """The filter: the one given, else the default (a callable, as in
+        inferno)."""
+        return _default_filter if self._core.filter_ is None else self._core.filter_
 
     @property
     def map_(self):
-        """The custom map, or None for the default."""
-        return self._core.map_
+        """The map: the one given, else the default using ``op_`` (a
+        callable, as in inferno)."""
+        return DefaultMap(self._core.op_) if self._core.map_ is None else self._core.map_
 
     @property
     def op_(self):
@@ -675,8 +712,9 @@ class DifferenceMonitor(_Monitor):
 
     def __getstate__(self):
         state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
+        core = self._core
         state["_config"] = (
-            self.attr, self.trainexec, self.evalexec, self.filter_, self.map_, self.op_,
+            self.attr, self.trainexec, self.evalexec, core.filter_, core.map_, core.op_,
             self.keep_graph,
         )
         return state

@@ -22,7 +22,9 @@ import torch
 from torch import Tensor, nn
 
 from . import _C, _reducer_table
+from . import _custom_reducers as _custom
 from ._checks import strict_bool
+from ._custom_reducers import overrides as _overrides
 
 __all__ = [
     "Criterion",
@@ -38,6 +40,11 @@ __all__ = [
     "ConditionalNearestTraceReducer",
     "ConditionalCumulativeTraceReducer",
 ]
+
+# The C++ kind under a reducer written in Python: its fold replaces this
+# kind's (which keeps the observation), the history and view() stay.
+_CUSTOM_BASE_KIND = "PassthroughReducer"
+
 
 class Criterion:
     """A built-in criterion: ``x <name> threshold`` element-wise.
@@ -139,7 +146,7 @@ class FoldReducer(nn.Module):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "_kind" in vars(cls):
-            _reducer_table.derive(cls, FoldReducer.__init__)
+            _reducer_table.derive(cls, FoldReducer._init_kind)
         # TorchScript would try to compile every property otherwise.
         cls.__jit_unused_properties__ = sorted(
             {
@@ -153,12 +160,38 @@ class FoldReducer(nn.Module):
     def __init__(
         self,
         step_time: float,
+        duration: float = 0.0,
+        inclusive: bool = False,
+        inplace: bool = False,
+        fill: Any = 0,
+    ):
+        """For reducers written in Python (inferno's ``FoldReducer``
+        signature): a subclass defining ``fold`` (and ``interpolate``) calls
+        this. ``fill`` (the value of never-written rows) must be 0."""
+        if not _overrides(type(self), "fold"):
+            raise TypeError(
+                f"{type(self).__name__} must define fold(*inputs, state) "
+                "(a FoldReducer subclass written in Python), or subclass one "
+                "of the built-in reducers"
+            )
+        if fill != 0:
+            raise ValueError(
+                f"{type(self).__name__}: fill must be 0 for a reducer written "
+                f"in Python, got {fill!r}"
+            )
+        self._init_kind(step_time, duration, inclusive, inplace, {})
+
+    def _init_kind(
+        self,
+        step_time: float,
         duration: float,
         inclusive: bool,
         inplace: bool,
         params: dict,
         criterion: Any = None,
-    ):
+    ) -> None:
+        """The constructor of every reducer: the built-in ones (``_kind``)
+        get theirs from the table, which calls this."""
         nn.Module.__init__(self)
         self._criterion = criterion
         self._build(
@@ -180,13 +213,46 @@ class FoldReducer(nn.Module):
         if self._criterion is not None:
             name, threshold, fn = _criterion_parts(self._criterion)
         self.script_reducer = torch.classes.torch_monitor.Reducer(
-            self._kind, *config, name, threshold
+            self._kind or _CUSTOM_BASE_KIND, *config, name, threshold
         )
         self._handle = _C._ReducerHandle(self.script_reducer)
         if fn is not None:
             self._handle.set_python_criterion(fn)
+        if _overrides(type(self), "fold"):
+            _custom.install_fold(self)
+
+    def _monitor_feed(self) -> Any:
+        """What a monitor feeds (decided when it is built): the C++ reducer,
+        or, when ``forward`` is overridden or hooked, an object calling this
+        module in Python (slower, and it cannot be saved)."""
+        if _custom.needs_python_call(self):
+            return _C._python_reducer(self)
+        return self.script_reducer
 
     # -- the reducer interface -------------------------------------------
+
+    def fold(self, *inputs_and_state: Optional[Tensor]) -> Tensor:
+        """Subclasses written in Python define it: ``fold(*inputs, state)``
+        gives the new state from the step's inputs and the previous state
+        (None at the first step), as inferno's ``FoldReducer.fold``. The
+        built-in reducers fold in C++."""
+        raise NotImplementedError(
+            f"{type(self).__name__} folds in C++; define fold() in a subclass "
+            "to write a reducer in Python"
+        )
+
+    def interpolate(
+        self, prev_data: Tensor, next_data: Tensor, sample_at: Tensor, step_time: float
+    ) -> Tensor:
+        """Subclasses written in Python may define it: the state
+        ``sample_at`` after ``prev_data`` (``next_data`` being ``step_time``
+        after it), as inferno's ``FoldReducer.interpolate``. Without it,
+        view() reads the older state (the built-in reducers interpolate in
+        C++)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} interpolates in C++; define interpolate() "
+            "in a subclass to write a reducer in Python"
+        )
 
     def forward(self, obs: Tensor, cond: Optional[Tensor] = None) -> None:
         """Folds one step's observation (and condition, for the conditional
@@ -310,7 +376,11 @@ class FoldReducer(nn.Module):
         return self.script_reducer.state()
 
     def set_extra_state(self, state: Any) -> None:
-        self.script_reducer.load_state(tuple(state))
+        # load_state_dict restores the history only, as in inferno: the
+        # receiver keeps its step_time, duration, parameters, ...
+        self.script_reducer.load_state(
+            _custom.history_only(tuple(state), self.script_reducer.state())
+        )
 
     def __getstate__(self) -> dict:
         # pickle / copy.deepcopy: a torch.ScriptObject cannot be pickled by

@@ -43,7 +43,9 @@ PYBIND11_MODULE(_C, m) {
   tp::initStats(m);
   tp::initWaitCounters(m);
   tp::initReducers(m);
+  tp::initCustomReducers(m);
   tp::initMonitors(m);
+  tp::initMonitorListing(m);
   tp::initTesting(m);
   tp::initSinks(m);
   tp::initProcessRank(m);

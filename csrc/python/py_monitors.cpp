@@ -312,11 +312,13 @@ PyObject* gModulesKey = nullptr;
 PyObject* gTrainingKey = nullptr;
 
 // The torch.classes.torch_monitor.Reducer of `reducer`: the object itself, or
-// the `script_reducer` attribute of a Python reducer (torch_monitor.reducers).
+// what a Python reducer (torch_monitor.reducers) says a monitor feeds: its
+// `script_reducer`, or a reducer calling it in Python when its forward is
+// overridden or hooked.
 c10::IValue scriptReducerFrom(const py::handle& given) {
   py::object reducer = py::reinterpret_borrow<py::object>(given);
-  if (py::hasattr(given, "script_reducer")) {
-    reducer = given.attr("script_reducer");
+  if (py::hasattr(given, "_monitor_feed")) {
+    reducer = given.attr("_monitor_feed")();
   }
   const auto fail = [&]() {
     return py::type_error(
@@ -851,6 +853,33 @@ void initMonitors(py::module_& m) {
       },
       py::arg("state"),
       "rebuilds a pickled DifferenceMonitorCore");
+
+  m.def(
+      "_difference_default_map",
+      [](py::handle post, py::handle pre, py::object op) {
+        const std::string name = "default map_";
+        const c10::IValue postValue = valueFromPython(post.ptr(), name);
+        const c10::IValue preValue = valueFromPython(pre.ptr(), name);
+        DifferenceMonitor::Op opFn;
+        if (!checkedCallable(op, "op_").is_none()) {
+          opFn = wrapOp(std::make_shared<PyRef>(op), name);
+        }
+        std::vector<at::Tensor> out;
+        {
+          py::gil_scoped_release noGil; // a Python op_ takes it back
+          out = DifferenceMonitor::defaultMap(postValue, preValue, opFn);
+        }
+        py::tuple result(out.size());
+        for (size_t i = 0; i < out.size(); ++i) {
+          result[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(out[i]));
+        }
+        return result;
+      },
+      py::arg("post"),
+      py::arg("pre"),
+      py::arg("op") = py::none(),
+      "DifferenceMonitor's default map_: op_ (default post - pre) "
+      "element-wise over tuples (zip) or once, a None side counting as zeros");
 
   m.def(
       "_attribute_path_parts",

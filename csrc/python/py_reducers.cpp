@@ -104,6 +104,49 @@ class ReducerHandle {
         },
         description));
   }
+  // `fold(inputs, state)` (a list of tensors and the previous state or
+  // None) and `interpolate(prev, next, sample_at, step_time)` (or None for
+  // the kind's) replace the kind's: a Python reducer subclass's own methods.
+  // They run with the GIL, also when scripted code calls forward.
+  void setPythonFold(
+      py::object fold,
+      py::object interpolate,
+      std::string description) {
+    auto foldFn = std::make_shared<PyRef>(std::move(fold));
+    auto custom = std::make_shared<FoldReducer::CustomFold>();
+    custom->description = description;
+    custom->fold = [foldFn, description](
+                       const std::vector<at::Tensor>& inputs,
+                       const std::optional<at::Tensor>& state) {
+      py::gil_scoped_acquire gil;
+      py::list args;
+      for (const at::Tensor& x : inputs) {
+        args.append(py::reinterpret_steal<py::object>(THPVariable_Wrap(x)));
+      }
+      py::object previous = state
+          ? py::reinterpret_steal<py::object>(THPVariable_Wrap(*state))
+          : py::none();
+      return tensorFrom(
+          foldFn->get()(args, previous), (description + ".fold's result").c_str());
+    };
+    if (!interpolate.is_none()) {
+      auto interpolateFn = std::make_shared<PyRef>(std::move(interpolate));
+      custom->interpolate = [interpolateFn, description](
+                                const at::Tensor& prev,
+                                const at::Tensor& next,
+                                const at::Tensor& sampleAt,
+                                double stepTime) {
+        py::gil_scoped_acquire gil;
+        const auto wrap = [](const at::Tensor& t) {
+          return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+        };
+        return tensorFrom(
+            interpolateFn->get()(wrap(prev), wrap(next), wrap(sampleAt), stepTime),
+            (description + ".interpolate's result").c_str());
+      };
+    }
+    reducer_->setCustomFold(std::move(custom));
+  }
   void setBuiltinCriterion(const std::string& name, double threshold) {
     reducer_->setCriterion(Criterion::builtin(name, threshold));
   }
@@ -186,6 +229,12 @@ void initReducers(py::module_& m) {
           "set_python_criterion",
           &ReducerHandle::setPythonCriterion,
           py::arg("fn"))
+      .def(
+          "set_python_fold",
+          &ReducerHandle::setPythonFold,
+          py::arg("fold"),
+          py::arg("interpolate"),
+          py::arg("description"))
       .def(
           "set_builtin_criterion",
           &ReducerHandle::setBuiltinCriterion,

@@ -151,7 +151,7 @@ std::vector<c10::IValue> elementsOf(
   return {value};
 }
 
-std::vector<at::Tensor> defaultMap(
+std::vector<at::Tensor> defaultDifferences(
     const c10::IValue& post,
     const c10::IValue& pre,
     const DifferenceMonitor::Op& op,
@@ -342,8 +342,15 @@ std::vector<at::Tensor> DifferenceMonitor::differences(
   if (callables != nullptr && callables->map) {
     return callables->map(post, pre);
   }
-  return defaultMap(
+  return defaultDifferences(
       post, pre, callables != nullptr ? callables->op : Op(), keepGraph);
+}
+
+std::vector<at::Tensor> DifferenceMonitor::defaultMap(
+    const c10::IValue& post,
+    const c10::IValue& pre,
+    const Op& op) {
+  return defaultDifferences(post, pre, op, /*keepGraph=*/true);
 }
 
 void DifferenceMonitor::clear(bool keepshape) {

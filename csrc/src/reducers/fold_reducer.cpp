@@ -75,10 +75,10 @@ void FoldReducer::checkCriterion(const Criterion& criterion) const {
 
 void FoldReducer::checkInputs(const std::vector<at::Tensor>& inputs) const {
   TORCH_CHECK_VALUE(
-      inputs.size() == arity(),
+      custom_ ? !inputs.empty() : inputs.size() == arity(),
       kind(),
       ".forward takes ",
-      inputsWord(arity()),
+      custom_ ? "at least one tensor" : inputsWord(arity()),
       ", got ",
       inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -98,7 +98,7 @@ void FoldReducer::checkInputs(const std::vector<at::Tensor>& inputs) const {
         x.device(),
         "')) or the input to ",
         device());
-    if (history_.allocated()) {
+    if (history_.allocated() && !custom_) { // a custom fold may reshape
       TORCH_CHECK_VALUE(
           x.sizes() == history_.stateShape(),
           kind(),
@@ -120,7 +120,7 @@ void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
   at::Tensor state;
   {
     std::optional<at::Tensor> previous;
-    if (hasState_ && kind_.fold != FoldRule::Passthrough) {
+    if (hasState_ && (custom_ || kind_.fold != FoldRule::Passthrough)) {
       previous = history_.row(1);
     }
     state = fold(inputs, previous);
@@ -409,6 +409,20 @@ void FoldReducer::to(
 void FoldReducer::setStorage(const at::Tensor& storage) {
   detail::BlockingLock guard(mutex_);
   history_.setStorage(storage);
+}
+
+void FoldReducer::setCustomFold(std::shared_ptr<const CustomFold> custom) {
+  TORCH_CHECK_VALUE(
+      custom == nullptr || custom->fold,
+      kind(),
+      ": a custom fold needs a fold function");
+  detail::BlockingLock guard(mutex_);
+  custom_ = std::move(custom);
+}
+
+std::shared_ptr<const FoldReducer::CustomFold> FoldReducer::customFold() const {
+  detail::BlockingLock guard(mutex_);
+  return custom_;
 }
 
 FoldReducer::Snapshot FoldReducer::snapshot() const {

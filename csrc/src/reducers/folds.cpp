@@ -36,6 +36,9 @@ at::Tensor FoldReducer::matches(
 at::Tensor FoldReducer::fold(
     const std::vector<at::Tensor>& inputs,
     const std::optional<at::Tensor>& state) const {
+  if (custom_) {
+    return custom_->fold(inputs, state);
+  }
   // The event fold needs only the matches: spare it the cast.
   const at::Tensor x =
       kind_.fold == FoldRule::Event ? at::Tensor() : asState(inputs[0]);
@@ -94,6 +97,9 @@ at::Tensor FoldReducer::interpolate(
     const at::Tensor& next,
     const at::Tensor& sampleAt,
     double stepTime) const {
+  if (custom_ && custom_->interpolate) {
+    return custom_->interpolate(prev, next, sampleAt, stepTime);
+  }
   switch (kind_.interpolation) {
     case Interpolation::Previous:
       return prev;

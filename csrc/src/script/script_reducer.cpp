@@ -61,6 +61,32 @@ std::optional<at::Tensor> viewAt(
   return reducer.view(time.toTensor(), tolerance);
 }
 
+// Throws c10::ValueError when the reducer runs Python code (a Python
+// reducer whose forward is overridden, or a fold written in Python): saving
+// it (`action`: TorchScript, torch.export) would keep the state and
+// silently drop that code.
+void checkNoPythonCode(const ScriptReducer& self, const char* action) {
+  const std::shared_ptr<FoldReducer> fold =
+      std::dynamic_pointer_cast<FoldReducer>(self.reducer());
+  TORCH_CHECK_VALUE(
+      fold != nullptr,
+      "this reducer runs Python code (a torch_monitor reducer whose forward "
+      "is overridden or has forward hooks), which ",
+      action,
+      " cannot keep; use a built-in reducer, or a FoldReducer subclass, in "
+      "models you save");
+  if (const auto custom = fold->customFold()) {
+    TORCH_CHECK_VALUE(
+        false,
+        "this reducer (",
+        custom->description,
+        ") folds with Python code, which ",
+        action,
+        " cannot keep (only its history would be saved); use a built-in "
+        "reducer in models you save, or keep the model in Python");
+  }
+}
+
 } // namespace
 
 FoldReducer& ScriptReducer::fold() const {
@@ -72,6 +98,9 @@ FoldReducer& ScriptReducer::fold() const {
 }
 
 ScriptReducer::State ScriptReducer::state(bool forSaving) const {
+  if (forSaving) {
+    checkNoPythonCode(*this, "TorchScript saving (torch.jit.save, pickling)");
+  }
   const FoldReducer& r = fold();
   std::string criterionName;
   double threshold = 0.0;
@@ -175,6 +204,7 @@ c10::intrusive_ptr<ScriptReducer> ScriptReducer::fromState(const State& state) {
 void registerReducerClasses(torch::Library& m) {
   auto cls = m.class_<ScriptReducer>("Reducer");
   defineFlatten(cls, [](ScriptReducer& self) {
+    checkNoPythonCode(self, "torch.compile / torch.export");
     FoldReducer& fold = self.fold();
     const std::optional<Criterion> criterion = fold.criterion();
     return Config{

@@ -125,6 +125,15 @@ class TORCH_MONITOR_API DifferenceMonitor {
   void setOp(Op op);
   bool hasCustomCallables() const;
 
+  // What after() feeds without a custom Map: `op` (empty: post - pre)
+  // element-wise as described at Map, autograd recorded as for any tensor
+  // operation. Lets the Python monitor hand its default map_ back as a
+  // callable (inferno's defaults read back as functions).
+  static std::vector<at::Tensor> defaultMap(
+      const c10::IValue& post,
+      const c10::IValue& pre,
+      const Op& op = Op());
+
  private:
   // The custom callables, replaced as a whole so that after() can use them
   // outside the lock; nullptr when all are the defaults.

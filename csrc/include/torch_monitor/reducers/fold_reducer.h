@@ -1,7 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +49,30 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
     int64_t next = 0;
     bool hasState = false;
     int64_t steps = 0;
+  };
+
+  // A fold (and optionally an interpolation) written by the user in place
+  // of the kind's: from Python, a subclass of torch_monitor.FoldReducer that
+  // defines fold() / interpolate() (inferno's way of writing a reducer). The
+  // history, view() and the rest stay this class's. A reducer with one
+  // cannot be saved by TorchScript (its code is not part of the state).
+  // Thread safety: immutable once installed; the functions are called with
+  // the reducer's lock held, one step at a time.
+  struct CustomFold {
+    // (inputs, previous state or nullopt at the first step) -> new state.
+    std::function<at::Tensor(
+        const std::vector<at::Tensor>& inputs,
+        const std::optional<at::Tensor>& state)>
+        fold;
+    // (prev, next, sampleAt, stepTime) -> the state sampleAt after prev;
+    // empty: the kind's interpolation.
+    std::function<at::Tensor(
+        const at::Tensor& prev,
+        const at::Tensor& next,
+        const at::Tensor& sampleAt,
+        double stepTime)>
+        interpolate;
+    std::string description; // for messages, e.g. the Python class name
   };
 
   void forward(const std::vector<at::Tensor>& inputs) final;
@@ -123,6 +149,12 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   // nn.Module._apply produces from it); a floating dtype is required.
   void setStorage(const at::Tensor& storage);
 
+  // Replaces the kind's fold (and interpolation); nullptr restores them.
+  // With a custom fold, forward() takes any number of inputs of any shape
+  // (the fold decides). Throws c10::ValueError for an empty fold.
+  void setCustomFold(std::shared_ptr<const CustomFold> custom);
+  // nullptr when the kind's fold is used.
+  std::shared_ptr<const CustomFold> customFold() const;
   Snapshot snapshot() const;
   // Throws c10::ValueError when the snapshot does not fit this reducer's
   // history size.
@@ -169,6 +201,7 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   bool inclusive_;
   bool inplace_;
   History history_;
+  std::shared_ptr<const CustomFold> custom_; // nullptr: the kind's fold
   bool hasState_ = false;
   int64_t steps_ = 0;
 };

@@ -1,0 +1,35 @@
+"""``monitors_of``: the monitors a model holds, found without guessing the
+generated attribute names (``_torch_monitor_difference_<n>``)."""
+
+from typing import Any, Dict
+
+import torch
+from torch import nn
+
+from . import _C
+
+__all__ = ["monitors_of"]
+
+
+def monitors_of(module: nn.Module) -> Dict[str, Any]:
+    """Every torch_monitor monitor held by ``module`` or its submodules, by
+    the dotted path of the attribute holding it.
+
+    Works on eager modules, on scripted ones and on models loaded with
+    ``torch.jit.load``. The values are the monitors' TorchScript objects
+    (``peek()``, ``dump()``, ``view()``, ``reducer()``, ...); in C++ the same
+    list is ``torch_monitor::script::monitorsOf(module)``.
+    """
+    if isinstance(module, torch.jit.ScriptModule):
+        return {path: monitor for path, _, monitor in _C._monitors_of(module._c)}
+    if not isinstance(module, nn.Module):
+        raise TypeError(
+            f"monitors_of takes a torch.nn.Module or a ScriptModule, got "
+            f"{type(module).__name__}"
+        )
+    found = {}
+    for prefix, submodule in module.named_modules():
+        for name, value in vars(submodule).items():
+            if isinstance(value, torch.ScriptObject) and _C._monitor_kind(value):
+                found[f"{prefix}.{name}" if prefix else name] = value
+    return found
