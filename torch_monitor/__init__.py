@@ -45,6 +45,7 @@ from ._C import (  # noqa: E402
 from . import _fake  # noqa: E402,F401  (fake classes for torch.compile/export)
 from . import _events  # noqa: E402,F401  (log_event(name, data), traceable)
 from ._steps import get_step, set_step  # noqa: E402  (the training step)
+from ._rank_sync import set_default_rank_group, set_rank_sync_deadline  # noqa: E402
 from .tensorboard_handler import TensorboardEventHandler  # noqa: E402
 from .reducers import *  # noqa: E402,F401,F403
 from .reducers import __all__ as _reducers_all  # noqa: E402
@@ -74,8 +75,11 @@ def _at_exit():
     # finalised interpreter. Before all that, the window timer's thread
     # stops (after the handlers it runs return), so no handler runs on it
     # while the interpreter finalises; its open windows are closed here too.
+    # Synced Stats' last windows are merged (bounded by the rank sync
+    # deadline) while the Python handlers still exist.
     _C._stop_window_timer()
     _C._close_all_stats()
+    _C._flush_rank_sync()
     _C._unregister_python_handlers()
 
 
@@ -99,6 +103,8 @@ __all__ = [
     "register_event_handler",
     "unregister_event_handler",
     "set_step",
+    "set_rank_sync_deadline",
+    "set_default_rank_group",
     "get_step",
     "TensorboardEventHandler",
     "STAT_EVENT",

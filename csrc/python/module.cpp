@@ -45,4 +45,5 @@ PYBIND11_MODULE(_C, m) {
   tp::initMonitors(m);
   tp::initTesting(m);
   tp::initSinks(m);
+  tp::initRankSync(m);
 }

@@ -4,12 +4,17 @@
 
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <pybind11/pybind11.h>
 
 #include <torch_monitor/event.h>
 #include <torch_monitor/event_handler.h>
+
+namespace torch_monitor {
+struct RankGroup;
+} // namespace torch_monitor
 
 namespace torch_monitor::python {
 
@@ -98,6 +103,11 @@ std::string textFromPython(py::handle obj, const std::string& what);
 // and hash by the wrapped object.
 void markFace(py::handle cls, const char* scriptClass);
 
+// Stat(sync_ranks=...): nothing for False/None, nullptr for the process
+// default group (True), else the given group (py_rank_sync.cpp).
+std::optional<std::shared_ptr<const RankGroup>> rankGroupFromPython(
+    py::handle syncRanks);
+
 void initAggregation(py::module_& m);
 void initEvent(py::module_& m);
 void initHandlers(py::module_& m);
@@ -106,6 +116,7 @@ void initReducers(py::module_& m);
 void initMonitors(py::module_& m);
 void initTesting(py::module_& m);
 void initSinks(py::module_& m);
+void initRankSync(py::module_& m);
 
 // The C++ handler inside `obj` when it is a native sink (a torch_monitor
 // sink class, or a torch.classes.torch_monitor sink ScriptObject), so that

@@ -7,6 +7,7 @@
 #include <torch_monitor/clock.h>
 #include <torch_monitor/event.h>
 #include <torch_monitor/event_handler.h>
+#include <torch_monitor/rank_sync.h>
 #include <torch_monitor/stat.h>
 #include <torch_monitor/step.h>
 // Sinks: standard-library headers only (their internals are out of line).
