@@ -118,8 +118,10 @@ std::string keyOf(const std::string& prefix, int64_t rank) {
   return prefix + std::to_string(rank);
 }
 
-// Lock order: the thread's mutex alone; Store calls and handlers run
-// without it, so handlers may take the GIL and create or destroy Stats.
+// Lock order: the mutex is taken last (postRankWindow runs under the
+// live-stat registry's or the window timer's lock) and nothing is taken
+// under it; Store calls and handlers run without it, so handlers may take
+// the GIL and create or destroy Stats.
 struct RankSync {
   std::mutex mutex;
   std::condition_variable wake; // the thread: new work, stop
@@ -139,7 +141,7 @@ struct RankSync {
   static RankSync& get() {
     static RankSync* sync = [] {
       auto* s = new RankSync();
-      pthread_atfork(&prepareFork, &afterForkInParent, &afterForkInChild);
+      pthread_atfork(nullptr, nullptr, &afterForkInChild);
       std::atexit([] {
         // This hook runs before closeAllStats()'s (registered earlier), so
         // the last windows are closed here, then merged, then the thread
@@ -316,7 +318,10 @@ struct RankSync {
                 keys.begin(),
                 keys.end(),
                 [&](const std::string& key) {
-                  return it->group->store->deleteKey(key);
+                  // deleteKey alone cannot tell: FileStore answers true for
+                  // a key it never had.
+                  return it->group->store->check({key}) &&
+                      it->group->store->deleteKey(key);
                 }),
             keys.end());
       } catch (const std::exception&) {
@@ -330,23 +335,24 @@ struct RankSync {
     }
   }
 
-  static void prepareFork() {
-    get().mutex.lock();
-  }
-  static void afterForkInParent() {
-    get().mutex.unlock();
-  }
   // The child shares the parent's Store connections and has no sync thread:
-  // its synced Stats log locally; the parent posts what it queued.
+  // its synced Stats log locally; the parent posts what it queued. No
+  // prepare hook takes the mutex before fork(): postRankWindow runs under
+  // the live-stat registry's and the window timer's locks, whose own fork
+  // hooks would then order those locks against ours. Instead the child,
+  // where only the forking thread exists, starts from fresh state; the old
+  // one (perhaps torn by a thread that held the mutex) is leaked, unread.
   static void afterForkInChild() {
     RankSync& s = get();
+    new (&s.mutex) std::mutex();
     new (&s.wake) std::condition_variable();
     new (&s.idle) std::condition_variable();
+    new (&s.stats) std::unordered_map<const void*, SyncedStat>();
+    new (&s.defaultGroup) std::shared_ptr<const RankGroup>();
+    new (&s.queue) std::deque<Outgoing>();
     s.running = false;
-    s.queue.clear();
     s.busy = 0;
     s.forkedChild = true;
-    s.mutex.unlock();
   }
 };
 

@@ -92,7 +92,10 @@ def reference(ranks, window, scenario):
     )
     for v in values:
         stat.add(v)
-    return {k.name.lower(): v for k, v in stat.get().items()}
+    want = {k.name.lower(): v for k, v in stat.get().items()}
+    # torch.monitor's get() leaves VALUE out: the last sample fed.
+    want.setdefault("value", values[-1])
+    return want
 
 
 def merged_events(result):
@@ -136,8 +139,10 @@ def test_rank_without_samples_in_a_window_posts_an_empty_marker(tmp_path):
 
 
 def test_stalled_rank_gives_a_partial_merge_and_no_leaked_keys(tmp_path):
+    # Rank 2 stalls at step 4, before the add that would close its window 0
+    # (windows close lazily): it misses every window's deadline.
     results, wall = run_ranks(tmp_path, 3, "stall", env={"DEADLINE": "1", "STALL": "2.5"})
-    check_windows(merged_events(results[0]), [range(3), range(2), range(2)], "stall")
+    check_windows(merged_events(results[0]), [range(2)] * 3, "stall")
     assert results[0]["seconds"] < 10
     assert results[0]["leaked"] == []
 
