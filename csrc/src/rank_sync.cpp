@@ -1,9 +1,11 @@
 #include <torch_monitor/rank_sync.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -137,10 +139,15 @@ struct RankSync {
   bool shutDown = false; // stopped at exit: windows are logged locally
   bool forkedChild = false; // the parent's Store connections are not ours
 
+  // Set once the first synced Stat (or a default group) created it, so
+  // that the exit flush costs programs that never sync nothing.
+  static std::atomic<RankSync*> instance;
+
   // Never destroyed: Stats may post during static destruction.
   static RankSync& get() {
     static RankSync* sync = [] {
       auto* s = new RankSync();
+      instance.store(s, std::memory_order_release);
       pthread_atfork(nullptr, nullptr, &afterForkInChild);
       std::atexit([] {
         // This hook runs before closeAllStats()'s (registered earlier), so
@@ -356,6 +363,8 @@ struct RankSync {
   }
 };
 
+std::atomic<RankSync*> RankSync::instance{nullptr};
+
 } // namespace
 
 void enableRankSync(
@@ -473,7 +482,12 @@ std::shared_ptr<const RankGroup> defaultRankGroup() {
 }
 
 void flushRankSync() noexcept {
-  detail::RankSync& s = detail::RankSync::get();
+  detail::RankSync* sync =
+      detail::RankSync::instance.load(std::memory_order_acquire);
+  if (sync == nullptr) {
+    return; // nothing was ever synced
+  }
+  detail::RankSync& s = *sync;
   std::unique_lock<std::mutex> lock(s.mutex);
   // Bounded by the longest deadline of the groups in use, plus slack for
   // the handlers and Store round trips.

@@ -36,9 +36,16 @@ def main():
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     tm.set_rank_sync_deadline(float(os.environ.get("DEADLINE", "5")))
     events = []
-    tm.register_event_handler(
-        lambda e: events.append({"name": e.name, "data": dict(e.data), "step": e.step})
-    )
+    log = open(os.path.join(out_dir, f"events{rank}.jsonl"), "a")
+
+    def record(e):
+        event = {"name": e.name, "data": dict(e.data), "step": e.step}
+        events.append(event)
+        # Written at once: in the "atexit" case, the last windows come at exit.
+        log.write(json.dumps(event) + "\n")
+        log.flush()
+
+    tm.register_event_handler(record)
     if scenario == "group":
         group = dist.new_group([1, 2, 3])  # every rank calls new_group
         sync = group if rank != 0 else False
@@ -71,6 +78,8 @@ def main():
         for v in samples(rank, step, scenario):
             stat.add(v)
     tm.set_step(STEPS)
+    if scenario == "atexit":
+        return  # the exit hook closes, merges and logs the last windows
     last_local = {str(k).split(".")[-1].lower(): v for k, v in stat.get().items()}
     tm._close_all_stats()  # the last window, as at exit
     tm._C._flush_rank_sync()

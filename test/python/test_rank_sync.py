@@ -169,6 +169,16 @@ def test_non_default_group_merges_on_its_own_rank_0(tmp_path):
     assert merged_events(results[2]) == merged_events(results[3]) == []
 
 
+def test_last_windows_are_merged_at_exit(tmp_path):
+    results, _ = run_ranks(tmp_path, 2, "atexit")
+    assert results == {}  # the ranks ended without writing their summary
+    lines = (tmp_path / "events0.jsonl").read_text().splitlines()
+    check_windows(merged_events({"events": [json.loads(l) for l in lines]}), [range(2)] * 3, "atexit")
+    assert merged_events({"events": [
+        json.loads(l) for l in (tmp_path / "events1.jsonl").read_text().splitlines()
+    ]}) == []
+
+
 def test_scripted_stat_with_sync_ranks(tmp_path):
     results, _ = run_ranks(tmp_path, 2, "script")
     check_windows(merged_events(results[0]), [range(2)] * 3, "script")
