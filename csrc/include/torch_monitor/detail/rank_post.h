@@ -21,6 +21,7 @@ namespace torch_monitor::detail {
 // One rank's summary of one window, as posted to the group's Store (a few
 // bytes, see encode/decode in rank_sync.cpp). Aggregates are kept as their
 // bit patterns so one layout serves Stat<double> and Stat<int64_t>.
+// Thread safety: a plain value type.
 struct RankShare {
   int64_t count = 0; // 0: an "empty" marker, the rank had no samples
   uint64_t sum = 0;
