@@ -60,6 +60,7 @@ from . import _fake  # noqa: E402,F401  (fake classes for torch.compile/export)
 from . import _events  # noqa: E402,F401  (log_event(name, data), traceable)
 from ._steps import get_step, set_step  # noqa: E402  (the training step)
 from ._ranks import process_rank, set_process_rank  # noqa: E402  (rank-aware sinks)
+from ._rank_sync import set_default_rank_group, set_rank_sync_deadline  # noqa: E402
 from .tensorboard_handler import TensorboardEventHandler  # noqa: E402
 from . import monitors, reducers, sinks  # noqa: E402  (their __all__ below)
 from .reducers import *  # noqa: E402,F401,F403
@@ -92,8 +93,11 @@ def _at_exit():
     # finalised interpreter. Before all that, the window timer's thread
     # stops (after the handlers it runs return), so no handler runs on it
     # while the interpreter finalises; its open windows are closed here too.
+    # Synced Stats' last windows are merged (bounded by the rank sync
+    # deadline) while the Python handlers still exist.
     _C._stop_window_timer()
     _C._close_all_stats()
+    _C._flush_rank_sync()
     _C._unregister_python_handlers()
     # Background threads' warnings queued for Python are issued now; later
     # ones go to stderr (csrc/python/py_background_warnings.cpp).
@@ -122,6 +126,8 @@ __all__ = [
     "register_event_handler",
     "unregister_event_handler",
     "set_step",
+    "set_rank_sync_deadline",
+    "set_default_rank_group",
     "get_step",
     "set_process_rank",
     "process_rank",

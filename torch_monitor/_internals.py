@@ -317,3 +317,15 @@ def add_source_to_linecache(filename: str, source: str) -> None:
 
 def remove_source_from_linecache(filename: str) -> None:
     linecache.cache.pop(filename, None)
+
+
+def group_store(group) -> "torch.distributed.Store":
+    """The c10d Store of a torch.distributed process group.
+
+    torch keeps it in the private ``distributed_c10d._world.pg_map`` (group ->
+    (backend name, store)); for a group other than the default one it is a
+    PrefixStore, so keys of different groups never meet.
+    """
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._world.pg_map[group][1]

@@ -50,4 +50,5 @@ PYBIND11_MODULE(_C, m) {
   tp::initSinks(m);
   tp::initProcessRank(m);
   tp::initBackgroundWarnings(m);
+  tp::initRankSync(m);
 }

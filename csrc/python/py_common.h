@@ -5,6 +5,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <pybind11/pybind11.h>
@@ -12,6 +13,10 @@
 #include <torch_monitor/event.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/stat.h>
+
+namespace torch_monitor {
+struct RankGroup;
+} // namespace torch_monitor
 
 namespace torch_monitor::python {
 
@@ -108,6 +113,11 @@ WindowClose windowCloseFromPython(py::handle closeOnTime);
 // and hash by the wrapped object.
 void markFace(py::handle cls, const char* scriptClass);
 
+// Stat(sync_ranks=...): nothing for False/None, nullptr for the process
+// default group (True), else the given group (py_rank_sync.cpp).
+std::optional<std::shared_ptr<const RankGroup>> rankGroupFromPython(
+    py::handle syncRanks);
+
 void initAggregation(py::module_& m);
 void initEvent(py::module_& m);
 void initHandlers(py::module_& m);
@@ -121,6 +131,7 @@ void initTesting(py::module_& m);
 void initSinks(py::module_& m);
 void initProcessRank(py::module_& m);
 void initBackgroundWarnings(py::module_& m);
+void initRankSync(py::module_& m);
 
 // The C++ handler inside `obj` when it is a native sink (a torch_monitor
 // sink class, or a torch.classes.torch_monitor sink ScriptObject), so that

@@ -154,12 +154,17 @@ int64_t countFromPython(py::handle value, const char* what) {
   return count;
 }
 
-// A pickled state of either version (1: before close_on_time and steps).
+// A pickled state of any version (1: before close_on_time and steps; 2:
+// before sync_ranks).
 template <typename T>
 typename ScriptStat<T>::State stateFromPython(const py::tuple& state) {
   if (state.size() == 5) {
     return ScriptStat<T>::upgrade(
         state.cast<typename ScriptStat<T>::StateV1>());
+  }
+  if (state.size() == 7) {
+    return ScriptStat<T>::upgrade(
+        state.cast<typename ScriptStat<T>::StateV2>());
   }
   return state.cast<typename ScriptStat<T>::State>();
 }
@@ -219,8 +224,10 @@ void defineStat(py::module_& m, const char* doc) {
                           py::handle windowSize,
                           py::handle maxSamples,
                           py::handle closeOnTime,
-                          py::handle windowSteps) {
-                return std::make_unique<PyStat<T>>(ScriptStat<T>::make(
+                          py::handle windowSteps,
+                          py::handle syncRanks) {
+                const auto group = rankGroupFromPython(syncRanks);
+                auto self = std::make_unique<PyStat<T>>(ScriptStat<T>::make(
                     textFromPython(name, "Stat name"),
                     aggregationsFromPython(aggregations),
                     windowSize.is_none()
@@ -232,6 +239,10 @@ void defineStat(py::module_& m, const char* doc) {
                               countFromPython(windowSteps, "window_steps")),
                     countFromPython(maxSamples, "max_samples"),
                     windowCloseFromPython(closeOnTime)));
+                if (group) {
+                  self->stat->syncRanks(*group);
+                }
+                return self;
               }),
               py::arg("name"),
               py::arg("aggregations"),
@@ -239,7 +250,8 @@ void defineStat(py::module_& m, const char* doc) {
               py::arg("max_samples") = py::int_(Stat<T>::kUnlimitedSamples),
               py::kw_only(),
               py::arg("close_on_time") = py::bool_(false),
-              py::arg("window_steps") = py::none())
+              py::arg("window_steps") = py::none(),
+              py::arg("sync_ranks") = py::bool_(false))
           .def(
               "get",
               [](const Self& self) { return self.stat->get(); },
@@ -277,6 +289,10 @@ void defineStat(py::module_& m, const char* doc) {
               },
               "Whether the window timer closes ended windows (their "
               "handlers then run on its thread)")
+          .def_property_readonly(
+              "sync_ranks",
+              [](const Self& self) { return self.stat->syncsRanks(); },
+              "Whether windows are merged across ranks (docs/distributed.md)")
           .def_property_readonly(
               "aggregations",
               [](const Self& self) { return self.stat->aggregations(); })

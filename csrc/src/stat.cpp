@@ -1,10 +1,12 @@
 #include <torch_monitor/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/rank_post.h>
 #include <torch_monitor/detail/tensor_window.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/detail/window_timer.h>
@@ -115,6 +117,9 @@ Stat<T>::~Stat() {
     if (auto event = closeOpenWindow()) {
       detail::dispatchEvent(*event);
     }
+    if (syncsRanks()) {
+      detail::disableRankSync(this); // after posting the last window
+    }
   } catch (const std::exception& e) {
     TORCH_WARN(
         "torch_monitor: an event handler failed while Stat '",
@@ -205,7 +210,7 @@ typename Stat<T>::ClosedWindow Stat<T>::rollOverLocked(int64_t nextEndMs) {
   // leaves the last closed window, which get() reports, as it is.
   const detail::Accumulator<T> window = takeOpenWindowLocked();
   if (window.count > 0) {
-    closed = closeLocked(window);
+    closed = closeLocked(window, windowEndMs_.load(std::memory_order_relaxed));
   }
   windowEndMs_.store(nextEndMs, std::memory_order_release);
   return closed;
@@ -293,7 +298,7 @@ void Stat<T>::closeCappedLocked(ClosedWindow& out, int64_t nextWindowId) {
   // With no window current there is nothing to close; closing the empty
   // window that a full one leaves (torch.monitor's rule) does reset get().
   if (w.windowId != 0) {
-    out = closeLocked(w.current);
+    out = closeLocked(w.current, w.windowId * windowLength_);
   }
   w.current = detail::Accumulator<T>();
   w.lastClosedWindowId = w.windowId;
@@ -391,18 +396,20 @@ std::pair<const void*, int64_t> Stat<T>::ownShardLocked() {
 
 template <typename T>
 typename Stat<T>::ClosedWindow Stat<T>::closeLocked(
-    const detail::Accumulator<T>& closed) {
+    const detail::Accumulator<T>& closed,
+    int64_t endMs) {
   prev_ = closed;
-  return ClosedWindow{closed, closed.count > 0};
+  return ClosedWindow{closed, closed.count > 0, endMs};
 }
 
 template <typename T>
 std::vector<std::pair<Aggregation, T>> Stat<T>::aggregatesOf(
-    const detail::Accumulator<T>& window) const {
+    AggregationSet enabled,
+    const detail::Accumulator<T>& window) {
   std::vector<std::pair<Aggregation, T>> out;
   for (int i = 1; i < NUM_AGGREGATIONS; ++i) {
     const auto aggregation = static_cast<Aggregation>(i);
-    if (!aggregations_.contains(aggregation)) {
+    if (!enabled.contains(aggregation)) {
       continue;
     }
     switch (aggregation) {
@@ -432,22 +439,85 @@ std::vector<std::pair<Aggregation, T>> Stat<T>::aggregatesOf(
 }
 
 template <typename T>
-std::optional<Event> Stat<T>::eventOf(const ClosedWindow& closed) const {
-  if (!closed.emit) {
-    return std::nullopt;
-  }
+Event Stat<T>::eventOfWindow(
+    const std::string& name,
+    AggregationSet enabled,
+    const detail::Accumulator<T>& window) {
   Event event;
   event.name = kStatEventName;
   event.timestamp = std::chrono::system_clock::now();
   event.step = getStep();
-  const auto aggregates = aggregatesOf(closed.values);
-  event.data.reserve(aggregates.size());
+  const auto aggregates = aggregatesOf(enabled, window);
+  event.data.reserve(aggregates.size() + 1);
   // The keys are built here, once per window, rather than kept in every
   // stat: memory per stat matters more than a few string copies per window.
   for (const auto& [aggregation, value] : aggregates) {
-    event.data.emplace(name_ + "." + aggregationName(aggregation), value);
+    event.data.emplace(name + "." + aggregationName(aggregation), value);
   }
   return event;
+}
+
+template <typename T>
+std::optional<Event> Stat<T>::eventOf(const ClosedWindow& closed) const {
+  if (!closed.emit) {
+    return std::nullopt;
+  }
+  if (syncsRanks()) {
+    // Merged on the rank sync thread, from copies: this Stat may be gone by
+    // then. Ranks merge from the highest to the lowest with equal times, so
+    // VALUE is the lowest rank's that has samples (Accumulator::merge keeps
+    // the later share's value on a tie).
+    detail::MergedEventBuilder build =
+        [name = name_, enabled = aggregations_](
+            const std::vector<detail::RankShare>& shares)
+        -> std::optional<Event> {
+      detail::Accumulator<T> merged;
+      // The earliest step at which a rank with samples closed the window (a
+      // rank closes it lazily, at its next add).
+      std::optional<int64_t> step;
+      for (auto it = shares.rbegin(); it != shares.rend(); ++it) {
+        merged.merge(it->template accumulator<T>());
+        if (it->count > 0 && it->step >= 0) {
+          step = std::min(step.value_or(it->step), it->step);
+        }
+      }
+      if (merged.count == 0) {
+        return std::nullopt;
+      }
+      Event event = eventOfWindow(name, enabled, merged);
+      event.step = step;
+      event.data.emplace("ranks", int64_t(shares.size()));
+      return event;
+    };
+    const auto share = detail::RankShare::of(closed.values, getStep());
+    if (detail::postRankWindow(
+            this, name_, rankWindowIndex(closed.endMs), share, std::move(build))) {
+      return std::nullopt;
+    }
+  }
+  return eventOfWindow(name_, aggregations_, closed.values);
+}
+
+template <typename T>
+int64_t Stat<T>::rankWindowIndex(int64_t endMs) const noexcept {
+  if (clock_ == ClockSource::STEP) {
+    return endMs / windowLength_; // the same steps on every rank
+  }
+  // Monotonic clocks differ between machines: the window is named by the
+  // wall-clock window holding its middle, which matches across ranks while
+  // their clocks agree to well within a window.
+  const int64_t wallNowMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const int64_t middle = endMs - windowLength_ / 2;
+  return (middle + (wallNowMs - readClock(clock_))) / windowLength_;
+}
+
+template <typename T>
+void Stat<T>::syncRanks(std::shared_ptr<const RankGroup> group) {
+  detail::enableRankSync(this, std::move(group));
+  syncRanks_.store(true, std::memory_order_relaxed);
 }
 
 template <typename T>
@@ -463,10 +533,12 @@ std::optional<Event> Stat<T>::closeOpenWindow() {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (capped_) {
-      closed = closeLocked(state_.capped->current);
+      closed = closeLocked(
+          state_.capped->current, state_.capped->windowId * windowLength_);
       state_.capped->current = detail::Accumulator<T>();
     } else {
-      closed = closeLocked(takeOpenWindowLocked());
+      closed = closeLocked(
+          takeOpenWindowLocked(), windowEndMs_.load(std::memory_order_relaxed));
     }
   }
   return eventOf(closed);
@@ -549,7 +621,7 @@ int64_t Stat<T>::count() const {
 template <typename T>
 std::unordered_map<Aggregation, T, AggregationHash> Stat<T>::get() const {
   std::lock_guard<std::mutex> guard(mutex_);
-  const auto aggregates = aggregatesOf(prev_);
+  const auto aggregates = aggregatesOf(aggregations_, prev_);
   return {aggregates.begin(), aggregates.end()};
 }
 

@@ -329,7 +329,7 @@ TEST(WindowTimerState, PickledStateCarriesTheFlagAndVersionOneStillLoads) {
   const c10::IValue saved(timed.state());
   auto restored = Holder::fromState(saved);
   EXPECT_EQ(restored->stat().windowClose(), ON_TIME);
-  EXPECT_EQ(std::get<0>(timed.state()), 2);
+  EXPECT_EQ(std::get<0>(timed.state()), Holder::kStateVersion);
 
   const c10::IValue v1 = c10::ivalue::Tuple::create(
       {c10::IValue(int64_t(1)),

@@ -405,13 +405,16 @@ def test_python_stat_state_starts_with_version(tmon):
     state = stat.__getstate__()
     assert isinstance(state, tuple)
     # version, name, aggregations, window ms, max samples, close on time,
-    # window steps (0: a time window)
-    assert state == (2, "v.loss", [2, 5], 60000, 10, False, 0)
+    # window steps (0: a time window), sync ranks
+    assert state == (3, "v.loss", [2, 5], 60000, 10, False, 0, False)
     int_state = tmon.IntStat("v.steps", [tmon.SUM], 2.5).__getstate__()
-    assert int_state[0] == 2
-    assert int_state[1:] == ("v.steps", [4], 2500, 2**63 - 1, False, 0)
+    assert int_state[0] == 3
+    assert int_state[1:] == ("v.steps", [4], 2500, 2**63 - 1, False, 0, False)
     step_state = tmon.Stat("v.by_steps", [tmon.SUM], window_steps=50).__getstate__()
-    assert step_state == (2, "v.by_steps", [4], 0, 2**63 - 1, False, 50)
+    assert step_state == (3, "v.by_steps", [4], 0, 2**63 - 1, False, 50, False)
+    # Older versions still load (version 2: no sync ranks).
+    old = tmon._C._restore_stat((2, "v.old", [4], 0, 7, False, 25))
+    assert old.window_steps == 25 and old.sync_ranks is False
 
 
 def custom_class_states(pickle_bytes):
@@ -462,7 +465,7 @@ def test_saved_archive_state_starts_with_version(tmon, tmp_path):
     _, data = read_data_pkl(path)
     states = custom_class_states(data)
     assert set(states) == {"Stat", "IntStat", "Event"}
-    versions = {"Stat": 2, "IntStat": 2, "Event": 1}
+    versions = {"Stat": 3, "IntStat": 3, "Event": 1}
     for cls, firsts in states.items():
         assert len(firsts) == 1, cls
         op, arg, _ = firsts[0]
@@ -490,8 +493,18 @@ def test_unknown_state_version_fails_in_setstate(tmon):
         return s.name() + "/" + str(s.window_steps()) + "/" + str(s.max_samples())
 
     assert restore_v2(2) == "restored/25/7"
-    with pytest.raises(RuntimeError, match=r"state version 3; this build reads version 2"):
+    with pytest.raises(RuntimeError, match=r"state version 3 and 7 fields"):
         restore_v2(3)
+
+    @torch.jit.script
+    def restore_v3(version: int) -> str:
+        s = torch.classes.torch_monitor.Stat("placeholder", ["sum"], 1.0)
+        s.__setstate__((version, "restored", [4, 3], 0, 7, False, 25, False))
+        return s.name() + "/" + str(s.window_steps()) + "/" + str(s.sync_ranks())
+
+    assert restore_v3(3) == "restored/25/False"
+    with pytest.raises(RuntimeError, match=r"state version 4; this build reads version 3"):
+        restore_v3(4)
 
     @torch.jit.script
     def restore_int(version: int) -> str:
@@ -508,7 +521,7 @@ def rewrite_archive(src, dst, version):
     """Copies a saved model, setting the Stat state's version to ``version``."""
     name, data = read_data_pkl(src)
     (op, arg, pos), = custom_class_states(data)["Stat"]
-    assert op.name == "BININT1" and arg == 2
+    assert op.name == "BININT1" and arg == 3
     patched = data[: pos + 1] + bytes([version]) + data[pos + 2 :]
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
         for info in zin.infolist():
@@ -517,22 +530,22 @@ def rewrite_archive(src, dst, version):
 
 @pytest.fixture(scope="session")
 def bad_version_model(saved_model, tmp_path_factory):
-    path = tmp_path_factory.mktemp("bad_model") / "version3.pt"
-    rewrite_archive(saved_model, path, 3)
+    path = tmp_path_factory.mktemp("bad_model") / "version4.pt"
+    rewrite_archive(saved_model, path, 4)
     return path
 
 
 def test_unknown_state_version_fails_on_load(tmon, saved_model, bad_version_model, tmp_path):
     # Control: the same rewrite with the version kept loads and runs.
-    same = tmp_path / "version2.pt"
-    rewrite_archive(saved_model, same, 2)
+    same = tmp_path / "version3.pt"
+    rewrite_archive(saved_model, same, 3)
     model = torch.jit.load(str(same))
     assert model.stat.name() == "model.loss"
     assert model(1.0) == 2.0
     del model
     gc.collect()
 
-    with pytest.raises(RuntimeError, match=r"Stat saved with state version 3; this build reads version 2"):
+    with pytest.raises(RuntimeError, match=r"Stat saved with state version 4; this build reads version 3"):
         torch.jit.load(str(bad_version_model))
 
 
@@ -540,7 +553,7 @@ def test_unknown_state_version_fails_on_load(tmon, saved_model, bad_version_mode
 def test_cpp_consumer_rejects_unknown_state_version(consumer, bad_version_model):
     proc = run([consumer / "torch_monitor_script_only", bad_version_model, 1.0])
     assert proc.returncode == 2
-    assert "Stat saved with state version 3; this build reads version 2" in proc.stderr
+    assert "Stat saved with state version 4; this build reads version 3" in proc.stderr
     assert not [line for line in json_lines(proc.stdout) if line["kind"] == "result"]
 
 

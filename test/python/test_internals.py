@@ -103,3 +103,27 @@ def test_importing_the_package_warns_nothing_on_this_torch():
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_group_store_finds_the_store_of_default_and_new_groups():
+    # In a subprocess: a process group is process-wide state.
+    from isolated import run_isolated
+
+    run_isolated(
+        """
+        import os, tempfile
+        import torch.distributed as dist
+        from torch_monitor import _internals
+        path = os.path.join(tempfile.mkdtemp(), "store")
+        dist.init_process_group("gloo", init_method="file://" + path, rank=0, world_size=1)
+        store = _internals.group_store(dist.group.WORLD)
+        assert isinstance(store, dist.Store), (
+            "_internals.group_store: distributed_c10d._world.pg_map no longer "
+            "maps a group to (backend, store)")
+        store.set("k", "v")
+        sub = _internals.group_store(dist.new_group([0]))
+        assert isinstance(sub, dist.Store) and not sub.check(["k"])  # a PrefixStore
+        dist.destroy_process_group()
+        """,
+        timeout=60,
+    )

@@ -286,6 +286,7 @@ def test_flatten_holds_configuration_only():
         "window_steps": 0,
         "max_samples": 2**63 - 1,
         "close_on_time": False,
+        "sync_ranks": False,
     }
     _module, monitor = monitored()
     assert dict(monitor.core.__obj_flatten__())["name"] == "state"

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -30,6 +31,7 @@ namespace detail {
 template <typename T>
 class TensorWindow;
 } // namespace detail
+struct RankGroup; // rank_sync.h
 
 // A window length in training steps (step.h), for the Stat constructor:
 // `Stat<double> loss("loss", {Aggregation::MEAN}, WindowSteps{100});`.
@@ -190,6 +192,19 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     return aggregationList_.unpack();
   }
 
+  // Merges this Stat's windows across the ranks of `group` (nullptr: the
+  // process default group, see rank_sync.h) from now on: each closed window
+  // is posted to the group's Store instead of being logged here, and the
+  // root (rank 0) logs the window of all ranks, with the data key "ranks"
+  // (how many ranks it covers). get() keeps this rank's own last window.
+  // Call it before the first window closes; the Stat's name must be unique
+  // among the group's synced Stats. Windows are matched by index: exact for
+  // step windows, by wall-clock time for time windows. See
+  // docs/distributed.md.
+  void syncRanks(std::shared_ptr<const RankGroup> group);
+  bool syncsRanks() const noexcept {
+    return syncRanks_.load(std::memory_order_relaxed);
+  }
  protected:
   // The id of the window a sample added now belongs to (at least 1):
   // torch::monitor's override point, which tests override to drive the
@@ -208,6 +223,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   struct ClosedWindow {
     detail::Accumulator<T> values;
     bool emit = false;
+    int64_t endMs = 0; // the window's end, in clock_'s units
   };
   // The shards of the threads after the first one to add (the overflow
   // shard last), created when a second thread adds.
@@ -300,11 +316,14 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // (nullptr, 0) for an overflow thread before any of them added a number
   // (callers hold mutex_).
   std::pair<const void*, int64_t> ownShardLocked();
-  // Makes `closed` the previous window; returns it for emission outside the
-  // lock (callers hold mutex_).
-  ClosedWindow closeLocked(const detail::Accumulator<T>& closed);
-  // The event of a window, or nothing for an empty one.
+  // Makes `closed`, which ends at endMs, the previous window; returns it for
+  // emission outside the lock (callers hold mutex_).
+  ClosedWindow closeLocked(const detail::Accumulator<T>& closed, int64_t endMs);
+  // The event of a window, or nothing for an empty one or one a synced Stat
+  // posted to its rank group.
   std::optional<Event> eventOf(const ClosedWindow& closed) const;
+  // The index that names the window ending at endMs on every rank.
+  int64_t rankWindowIndex(int64_t endMs) const noexcept;
   void emit(const ClosedWindow& closed) const;
 
   // detail::LiveStat, for closeAllStats() and fork().
@@ -317,9 +336,16 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     mutex_.unlock();
   }
   void resetAfterForkInChild() override;
-  // (aggregation, aggregate) per enabled aggregation, in ascending order.
-  std::vector<std::pair<Aggregation, T>> aggregatesOf(
-      const detail::Accumulator<T>& window) const;
+  // (aggregation, aggregate) per aggregation of `enabled`, in ascending
+  // order.
+  static std::vector<std::pair<Aggregation, T>> aggregatesOf(
+      AggregationSet enabled,
+      const detail::Accumulator<T>& window);
+  // A window's event: one "<name>.<aggregation>" key per enabled one.
+  static Event eventOfWindow(
+      const std::string& name,
+      AggregationSet enabled,
+      const detail::Accumulator<T>& window);
   int64_t windowIdAt(int64_t nowMs) const noexcept {
     return nowMs / windowLength_ + 1;
   }
@@ -346,6 +372,9 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // In the bytes AggregationSet left free: costs no memory.
   const WindowClose windowClose_;
   const AggregationSet aggregations_;
+  // Set once by syncRanks(); the group itself lives in rank_sync.cpp's
+  // table, so Stats that never sync pay one byte.
+  std::atomic<bool> syncRanks_{false};
   // The mode (capped_) never changes, so its state shares one pointer.
   union ModeState {
     explicit ModeState(CappedWindow* c) : capped(c) {}

@@ -59,7 +59,8 @@ void defineStatClass(torch::Library& m, const char* className) {
         {"window_size_ms", stat.windowSize().count()},
         {"window_steps", stat.windowSteps()},
         {"max_samples", stat.maxSamples()},
-        {"close_on_time", stat.windowClose() == WindowClose::ON_TIME}};
+        {"close_on_time", stat.windowClose() == WindowClose::ON_TIME},
+        {"sync_ranks", stat.syncsRanks()}};
   });
   cls.def(
           torch::init([](std::string name,
@@ -67,8 +68,9 @@ void defineStatClass(torch::Library& m, const char* className) {
                          c10::IValue windowSize,
                          int64_t maxSamples,
                          bool closeOnTime,
-                         std::optional<int64_t> windowSteps) {
-            return Holder::make(
+                         std::optional<int64_t> windowSteps,
+                         bool syncRanks) {
+            auto holder = Holder::make(
                 std::move(name),
                 aggregationsFromIValue(aggregations),
                 windowSize.isNone()
@@ -77,16 +79,22 @@ void defineStatClass(torch::Library& m, const char* className) {
                 windowSteps,
                 maxSamples,
                 closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
+            if (syncRanks) {
+              holder->stat().syncRanks(nullptr); // the process default group
+            }
+            return holder;
           }),
           "Stat(name, aggregations, window_size_seconds, max_samples, "
-          "close_on_time, window_steps): window_size None with window_steps "
-          "for windows of training steps",
+          "close_on_time, window_steps, sync_ranks): window_size None with "
+          "window_steps for windows of training steps; sync_ranks merges "
+          "windows across the ranks of the process default group",
           {torch::arg("name"),
            torch::arg("aggregations"),
            torch::arg("window_size") = c10::IValue(),
            torch::arg("max_samples") = Stat<T>::kUnlimitedSamples,
            torch::arg("close_on_time") = false,
-           torch::arg("window_steps") = c10::IValue()})
+           torch::arg("window_steps") = c10::IValue(),
+           torch::arg("sync_ranks") = false})
       .def(
           "add",
           [](const c10::intrusive_ptr<Holder>& self, c10::IValue value) {
@@ -137,6 +145,11 @@ void defineStatClass(torch::Library& m, const char* className) {
             return self->stat().windowClose() == WindowClose::ON_TIME;
           })
       .def(
+          "sync_ranks",
+          [](const c10::intrusive_ptr<Holder>& self) {
+            return self->stat().syncsRanks();
+          })
+      .def(
           "aggregations",
           [](const c10::intrusive_ptr<Holder>& self) {
             std::vector<std::string> names;
@@ -165,7 +178,8 @@ typename ScriptStat<T>::State ScriptStat<T>::state() const {
       stat_.windowSize().count(),
       stat_.maxSamples(),
       stat_.windowClose() == WindowClose::ON_TIME,
-      stat_.windowSteps());
+      stat_.windowSteps(),
+      stat_.syncsRanks());
 }
 
 template <typename T>
@@ -207,11 +221,32 @@ typename ScriptStat<T>::State ScriptStat<T>::upgrade(const StateV1& old) {
       version == 1,
       "cannot load a torch_monitor Stat saved with state version ",
       version,
-      " and 5 fields; version 1 has 5 fields, version ",
+      " and 5 fields; version 1 has 5 fields, version 2 has 7, version ",
       kStateVersion,
-      " has 7. The file is corrupted or from another torch_monitor.");
+      " has 8. The file is corrupted or from another torch_monitor.");
+  return upgrade(StateV2(2, name, aggregations, windowMs, maxSamples, false, 0));
+}
+
+template <typename T>
+typename ScriptStat<T>::State ScriptStat<T>::upgrade(const StateV2& old) {
+  const auto& [version, name, aggregations, windowMs, maxSamples, closeOnTime, steps] =
+      old;
+  TORCH_CHECK(
+      version == 2,
+      "cannot load a torch_monitor Stat saved with state version ",
+      version,
+      " and 7 fields; version 2 has 7 fields, version ",
+      kStateVersion,
+      " has 8. The file is corrupted or from another torch_monitor.");
   return State(
-      kStateVersion, name, aggregations, windowMs, maxSamples, false, 0);
+      kStateVersion,
+      name,
+      aggregations,
+      windowMs,
+      maxSamples,
+      closeOnTime,
+      steps,
+      false);
 }
 
 template <typename T>
@@ -220,9 +255,10 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(
   const bool tuple = state.isTuple();
   const size_t size = tuple ? state.toTupleRef().elements().size() : 0;
   TORCH_CHECK(
-      (size == 5 || size == 7) && state.toTupleRef().elements()[0].isInt(),
+      (size == 5 || size == 7 || size == 8) &&
+          state.toTupleRef().elements()[0].isInt(),
       "cannot load a torch_monitor Stat: its saved state is not a versioned "
-      "tuple of 5 or 7 fields (a corrupted or foreign file?)");
+      "tuple of 5, 7 or 8 fields (a corrupted or foreign file?)");
   const auto& f = state.toTupleRef().elements();
   const auto ints = [&](const c10::IValue& list) {
     std::vector<int64_t> out;
@@ -237,7 +273,8 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(
   };
   TORCH_CHECK(
       f[1].isString() && f[2].isList() && f[3].isInt() && f[4].isInt() &&
-          (size == 5 || (f[5].isBool() && f[6].isInt())),
+          (size == 5 || (f[5].isBool() && f[6].isInt())) &&
+          (size < 8 || f[7].isBool()),
       "cannot load a torch_monitor Stat saved with state version ",
       f[0].toInt(),
       ": its fields have unexpected types (a corrupted or foreign file?)");
@@ -249,6 +286,16 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(
         f[3].toInt(),
         f[4].toInt())));
   }
+  if (size == 7) {
+    return fromState(upgrade(StateV2(
+        f[0].toInt(),
+        f[1].toStringRef(),
+        ints(f[2]),
+        f[3].toInt(),
+        f[4].toInt(),
+        f[5].toBool(),
+        f[6].toInt())));
+  }
   return fromState(State(
       f[0].toInt(),
       f[1].toStringRef(),
@@ -256,12 +303,13 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(
       f[3].toInt(),
       f[4].toInt(),
       f[5].toBool(),
-      f[6].toInt()));
+      f[6].toInt(),
+      f[7].toBool()));
 }
 
 template <typename T>
 c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(State state) {
-  auto& [version, name, aggregationInts, windowMs, maxSamples, closeOnTime, steps] =
+  auto& [version, name, aggregationInts, windowMs, maxSamples, closeOnTime, steps, syncRanks] =
       state;
   TORCH_CHECK(
       version == kStateVersion,
@@ -269,13 +317,13 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(State state) {
       version,
       "; this build reads version ",
       kStateVersion,
-      " (and 1). Load the model with the torch_monitor release that saved "
+      " (and 1, 2). Load the model with the torch_monitor release that saved "
       "it.");
   std::vector<Aggregation> aggregations;
   for (int64_t a : aggregationInts) {
     aggregations.push_back(aggregationFromInt(a));
   }
-  return make(
+  auto holder = make(
       std::move(name),
       std::move(aggregations),
       steps == 0 ? std::optional(std::chrono::milliseconds(windowMs))
@@ -283,6 +331,10 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(State state) {
       steps == 0 ? std::nullopt : std::optional(steps),
       maxSamples,
       closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
+  if (syncRanks) {
+    holder->stat().syncRanks(nullptr); // the process default group
+  }
+  return holder;
 }
 
 template <typename T>

@@ -28,11 +28,21 @@ class ScriptStat : public torch::CustomClassHolder {
       int64_t, // window in ms
       int64_t, // max samples
       bool, // close on time (since version 2)
-      int64_t>; // window in training steps, 0: a time window (since 2)
-  // Version 1: the same without close on time (it was always off).
+      int64_t, // window in training steps, 0: a time window (since 2)
+      bool>; // syncs ranks, restored on the default group (since 3)
+  // Version 1: without close on time (it was always off) and what follows.
   using StateV1 =
       std::tuple<int64_t, std::string, std::vector<int64_t>, int64_t, int64_t>;
-  static constexpr int64_t kStateVersion = 2;
+  // Version 2: without sync ranks (it did not exist).
+  using StateV2 = std::tuple<
+      int64_t,
+      std::string,
+      std::vector<int64_t>,
+      int64_t,
+      int64_t,
+      bool,
+      int64_t>;
+  static constexpr int64_t kStateVersion = 3;
 
   ScriptStat(
       std::string name,
@@ -83,6 +93,7 @@ class ScriptStat : public torch::CustomClassHolder {
   // over whatever tuple was saved). Throws for anything else.
   static c10::intrusive_ptr<ScriptStat> fromState(const c10::IValue& state);
   static State upgrade(const StateV1& old);
+  static State upgrade(const StateV2& old);
 
  private:
   Stat<T> stat_;

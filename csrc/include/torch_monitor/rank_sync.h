@@ -1,0 +1,55 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <torch_monitor/export.h>
+
+namespace c10d {
+class Store;
+} // namespace c10d
+
+namespace torch_monitor {
+
+// The ranks a synced Stat's windows are merged across (Stat::syncRanks):
+// a c10d Store every rank of the group reaches (the process group's own,
+// e.g. the TCPStore or FileStore it was initialised with), this process'
+// rank in the group and the group's size. Merging goes through the Store
+// only (a few small keys per window), never through a collective, so it
+// cannot desynchronise the group's collectives.
+//
+// `deadline`: how long the root (rank 0) waits, after it closed a window,
+// for the other ranks' summaries of it; a window is then merged from the
+// ranks that arrived (its event's "ranks" says how many).
+// Thread safety: an immutable value once shared; safe to read from any
+// thread.
+struct TORCH_MONITOR_API RankGroup {
+  static constexpr std::chrono::milliseconds kDefaultDeadline{5000};
+
+  c10::intrusive_ptr<c10d::Store> store;
+  int64_t rank = 0;
+  int64_t worldSize = 1;
+  std::chrono::milliseconds deadline = kDefaultDeadline;
+};
+
+// The process default group, used by Stats synced without a group of their
+// own (Stat::syncRanks(nullptr), TorchScript's sync_ranks=True). Python sets
+// it when it resolves torch.distributed's default group; a C++ program sets
+// it after creating its Store. Throws c10::ValueError for a group without a
+// store, a negative rank, a rank not below worldSize or a deadline under
+// 1 ms. nullptr unsets it.
+// Thread safety: both functions may be called from any thread.
+TORCH_MONITOR_API void setDefaultRankGroup(
+    std::shared_ptr<const RankGroup> group);
+TORCH_MONITOR_API std::shared_ptr<const RankGroup> defaultRankGroup();
+
+// Waits (bounded by the groups' deadlines) until every window closed so far
+// has been posted and, on the root, merged and logged. Called at exit (after
+// closeAllStats()); Python calls it from its atexit hook.
+// Thread safety: callable from any thread.
+TORCH_MONITOR_API void flushRankSync() noexcept;
+
+} // namespace torch_monitor

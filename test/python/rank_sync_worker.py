@@ -1,0 +1,108 @@
+"""One rank of a test/python/test_rank_sync.py scenario (run as a script).
+
+argv: rank world_size init_method scenario out_dir. Each rank adds samples
+(samples(rank, step, scenario)) to a Stat synced across ranks, with windows of
+WINDOW_STEPS steps, and writes what its handlers saw and its get() to
+out_dir/rank<r>.json.
+"""
+
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import torch_monitor as tm
+
+WINDOW_STEPS = 4
+STEPS = 12
+AGGREGATIONS = ["mean", "count", "sum", "min", "max", "value"]
+
+
+def samples(rank, step, scenario):
+    """This rank's samples at `step`: exact binary fractions, so sums are exact."""
+    if scenario == "empty" and rank == 1 and WINDOW_STEPS <= step < 2 * WINDOW_STEPS:
+        return []  # no samples in window 1
+    if scenario == "group" and rank == 0:
+        return []  # not in the group
+    return [rank * 10 + step * 0.25 + i * 0.5 for i in range(rank + 1)]
+
+
+def main():
+    rank, world, init, scenario, out_dir = sys.argv[1:6]
+    rank, world = int(rank), int(world)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    tm.set_rank_sync_deadline(float(os.environ.get("DEADLINE", "5")))
+    events = []
+    log = open(os.path.join(out_dir, f"events{rank}.jsonl"), "a")
+
+    def record(e):
+        event = {"name": e.name, "data": dict(e.data), "step": e.step}
+        events.append(event)
+        # Written at once: in the "atexit" case, the last windows come at exit.
+        log.write(json.dumps(event) + "\n")
+        log.flush()
+
+    tm.register_event_handler(record)
+    if scenario == "group":
+        group = dist.new_group([1, 2, 3])  # every rank calls new_group
+        sync = group if rank != 0 else False
+    else:
+        sync = True
+    if scenario == "script":
+        # TorchScript's bool: the process default group, set from Python.
+        tm.set_default_rank_group()
+
+        @torch.jit.script
+        def make(steps: int) -> torch.classes.torch_monitor.Stat:
+            return torch.classes.torch_monitor.Stat(
+                "loss", ["mean", "count", "sum", "min", "max", "value"], None,
+                9223372036854775807, False, steps, True)
+
+        stat = make(WINDOW_STEPS)
+    else:
+        stat = tm.Stat("loss", AGGREGATIONS, window_steps=WINDOW_STEPS, sync_ranks=sync)
+    # One gloo collective, as a training step would issue.
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == world
+    started = time.monotonic()
+    for step in range(STEPS):
+        tm.set_step(step)
+        if scenario == "stall" and rank == 2 and step == WINDOW_STEPS:
+            time.sleep(float(os.environ["STALL"]))
+        if scenario == "exit" and rank == 2 and step == WINDOW_STEPS:
+            os._exit(0)  # dies without closing anything
+        for v in samples(rank, step, scenario):
+            stat.add(v)
+    tm.set_step(STEPS)
+    if scenario == "atexit":
+        return  # the exit hook closes, merges and logs the last windows
+    last_local = {str(k).split(".")[-1].lower(): v for k, v in stat.get().items()}
+    tm._close_all_stats()  # the last window, as at exit
+    tm._C._flush_rank_sync()
+    flushed = time.monotonic() - started
+    own = stat.get()
+    own = {str(k).split(".")[-1].lower(): v for k, v in own.items()}
+    if scenario == "stall":
+        # The root outlives the late rank's posts: their keys must be swept.
+        time.sleep(max(0.0, float(os.environ["STALL"]) + 1.5 - flushed))
+        store = tm._internals.group_store(dist.group.WORLD)
+        leaked = [
+            k for w in range(1, STEPS // WINDOW_STEPS + 1) for r in range(world)
+            for k in [f"torch_monitor/loss/{w}/{r}"] if store.check([k])
+        ]
+    else:
+        leaked = None
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"events": events, "get": own, "get_before_last": last_local,
+                   "seconds": flushed, "leaked": leaked}, f)
+    if scenario not in ("stall", "exit"):
+        dist.barrier()  # the user's own collective at a point every rank reaches
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

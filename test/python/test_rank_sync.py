@@ -1,0 +1,185 @@
+"""Stat(..., sync_ranks=...): windows merged across gloo ranks through the Store.
+
+Each case starts 2-4 processes (test/python/rank_sync_worker.py) with a time
+limit, and compares rank 0's merged events with the reference torch.monitor
+Stat fed every rank's samples of the window. See docs/distributed.md.
+"""
+
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import rank_sync_worker as worker  # noqa: E402
+
+WORKER = pathlib.Path(worker.__file__)
+TIMEOUT_S = 90
+
+
+def run_ranks(tmp_path, world, scenario, env=None, tcp=False):
+    """Runs every rank; returns (results by rank, wall seconds). Never hangs."""
+    if tcp:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        init = f"tcp://127.0.0.1:{port}"
+    else:
+        init = f"file://{tmp_path / 'store'}"
+    child_env = dict(os.environ, PYTHONFAULTHANDLER="1", **(env or {}))
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(r), str(world), init, scenario, str(tmp_path)],
+            env=child_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(world)
+    ]
+    outputs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=max(1, TIMEOUT_S - (time.monotonic() - started)))
+            outputs.append(out)
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail(f"ranks still running after {TIMEOUT_S} s: a hang")
+    wall = time.monotonic() - started
+    for r, (p, out) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"rank {r} failed ({p.returncode}):\n{out[-4000:]}"
+    results = {}
+    for r in range(world):
+        path = tmp_path / f"rank{r}.json"
+        if path.exists():
+            results[r] = json.loads(path.read_text())
+    return results, wall
+
+
+def reference(ranks, window, scenario):
+    """torch.monitor.Stat (the wheel's) fed the window's samples of `ranks`.
+
+    VALUE is the lowest rank's last sample: the ranks are fed from the highest.
+    """
+    import torch.monitor as ref
+
+    values = [
+        v
+        for r in sorted(ranks, reverse=True)
+        for step in range(window * worker.WINDOW_STEPS, (window + 1) * worker.WINDOW_STEPS)
+        for v in worker.samples(r, step, scenario)
+    ]
+    A = ref.Aggregation
+    stat = ref.Stat(
+        "loss",
+        [A.MEAN, A.COUNT, A.SUM, A.MIN, A.MAX, A.VALUE],
+        datetime.timedelta(hours=1),
+        len(values),  # the window closes at its last sample
+    )
+    for v in values:
+        stat.add(v)
+    want = {k.name.lower(): v for k, v in stat.get().items()}
+    # torch.monitor's get() leaves VALUE out: the last sample fed.
+    want.setdefault("value", values[-1])
+    return want
+
+
+def merged_events(result):
+    """The Stat's events, in window order (windows may merge out of order)."""
+    events = [e for e in result["events"] if "loss.mean" in e["data"]]
+    return sorted(events, key=lambda e: e["step"])
+
+
+def check_windows(events, expected_ranks, scenario):
+    """One merged event per window, equal to the reference over its ranks."""
+    windows = worker.STEPS // worker.WINDOW_STEPS
+    assert len(events) == windows, events
+    for w, event in enumerate(events):
+        ranks = expected_ranks[w]
+        data = event["data"]
+        assert data["ranks"] == len(ranks), (w, data)
+        want = reference(ranks, w, scenario)
+        got = {k.split(".")[1]: v for k, v in data.items() if k.startswith("loss.")}
+        assert got == want, (w, got, want)
+        assert event["step"] == (w + 1) * worker.WINDOW_STEPS, event
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_merged_window_equals_one_stat_fed_all_ranks(tmp_path, world):
+    results, _ = run_ranks(tmp_path, world, "basic", tcp=(world == 3))
+    windows = worker.STEPS // worker.WINDOW_STEPS
+    check_windows(merged_events(results[0]), [range(world)] * windows, "basic")
+    for r in range(1, world):
+        # Merged events go to rank 0 only; a synced Stat logs no local event.
+        assert merged_events(results[r]) == [], results[r]["events"]
+    for r in range(world):
+        # get() keeps this rank's own last window.
+        assert results[r]["get"] == reference([r], windows - 1, "basic")
+
+
+def test_rank_without_samples_in_a_window_posts_an_empty_marker(tmp_path):
+    # A long deadline: only the empty marker lets the root merge in time.
+    results, wall = run_ranks(tmp_path, 3, "empty", env={"DEADLINE": "30"})
+    check_windows(merged_events(results[0]), [range(3)] * 3, "empty")
+    assert results[0]["seconds"] < 20, results[0]["seconds"]
+
+
+def test_stalled_rank_gives_a_partial_merge_and_no_leaked_keys(tmp_path):
+    # Rank 2 stalls at step 4, before the add that would close its window 0
+    # (windows close lazily): it misses every window's deadline.
+    results, wall = run_ranks(tmp_path, 3, "stall", env={"DEADLINE": "1", "STALL": "2.5"})
+    check_windows(merged_events(results[0]), [range(2)] * 3, "stall")
+    assert results[0]["seconds"] < 10
+    assert results[0]["leaked"] == []
+
+
+def test_rank_that_exits_early_gives_a_partial_merge(tmp_path):
+    results, wall = run_ranks(tmp_path, 3, "exit", env={"DEADLINE": "1"})
+    assert 2 not in results
+    check_windows(merged_events(results[0]), [range(2)] * 3, "exit")
+    assert results[0]["seconds"] < 10
+
+
+def test_non_default_group_merges_on_its_own_rank_0(tmp_path):
+    results, _ = run_ranks(tmp_path, 4, "group")
+    # Group [1, 2, 3]: global rank 1 is its rank 0 and logs the merged windows.
+    assert merged_events(results[0]) == []
+    events = merged_events(results[1])
+    windows = worker.STEPS // worker.WINDOW_STEPS
+    assert len(events) == windows
+    for w, event in enumerate(events):
+        assert event["data"]["ranks"] == 3
+        want = reference([1, 2, 3], w, "group")
+        got = {k.split(".")[1]: v for k, v in event["data"].items() if k.startswith("loss.")}
+        assert got == want
+    assert merged_events(results[2]) == merged_events(results[3]) == []
+
+
+def test_last_windows_are_merged_at_exit(tmp_path):
+    results, _ = run_ranks(tmp_path, 2, "atexit")
+    assert results == {}  # the ranks ended without writing their summary
+    lines = (tmp_path / "events0.jsonl").read_text().splitlines()
+    check_windows(merged_events({"events": [json.loads(l) for l in lines]}), [range(2)] * 3, "atexit")
+    assert merged_events({"events": [
+        json.loads(l) for l in (tmp_path / "events1.jsonl").read_text().splitlines()
+    ]}) == []
+
+
+def test_scripted_stat_with_sync_ranks(tmp_path):
+    results, _ = run_ranks(tmp_path, 2, "script")
+    check_windows(merged_events(results[0]), [range(2)] * 3, "script")
+    assert merged_events(results[1]) == []

@@ -1,0 +1,74 @@
+"""Where ``Stat(..., sync_ranks=...)`` finds its rank group in torch.distributed.
+
+The merge itself runs in C++ (``csrc/src/rank_sync.cpp``) through the group's
+c10d Store; see ``docs/distributed.md``.
+"""
+
+import torch.distributed as dist
+
+from . import _C, _internals
+
+#: How long rank 0 waits for the other ranks' share of a window, in seconds
+#: (applies to groups resolved after it is set).
+_deadline_seconds = 5.0
+
+
+def set_rank_sync_deadline(seconds: float) -> None:
+    """Sets how long rank 0 waits for the other ranks' share of a window.
+
+    Applies to Stats created with ``sync_ranks`` from now on (default 5 s).
+    A window is then merged from the ranks that arrived; its event's
+    ``"ranks"`` says how many.
+    """
+    global _deadline_seconds
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
+        0.001 <= seconds <= 86400
+    ):
+        raise ValueError(
+            f"the rank sync deadline must be a number of seconds in [0.001, 86400], got {seconds!r}"
+        )
+    _deadline_seconds = float(seconds)
+
+
+def resolve(sync_ranks):
+    """(None,) for the process default group (which it sets), or (store, rank, world_size, deadline)."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise ValueError(
+            "sync_ranks needs torch.distributed initialised: call "
+            "torch.distributed.init_process_group(...) before creating the Stat"
+        )
+    if sync_ranks is True or sync_ranks is dist.group.WORLD:
+        group = dist.group.WORLD
+        _C._set_default_rank_group(
+            _internals.group_store(group),
+            dist.get_rank(),
+            dist.get_world_size(),
+            _deadline_seconds,
+        )
+        return (None,)
+    if not isinstance(sync_ranks, dist.ProcessGroup):
+        raise TypeError(
+            "sync_ranks must be a bool or a torch.distributed ProcessGroup, got "
+            f"{type(sync_ranks).__name__}"
+        )
+    rank = dist.get_rank(sync_ranks)
+    if rank < 0:
+        raise ValueError(
+            "sync_ranks: this process is not a member of the given process group; "
+            "create the Stat only on its members (or pass sync_ranks=False)"
+        )
+    return (
+        _internals.group_store(sync_ranks),
+        rank,
+        dist.get_world_size(sync_ranks),
+        _deadline_seconds,
+    )
+
+
+def set_default_rank_group() -> None:
+    """Makes torch.distributed's default group the process default rank group.
+
+    TorchScript's ``Stat(..., sync_ranks=True)`` merges over it. Creating a
+    Python ``Stat(..., sync_ranks=True)`` does the same.
+    """
+    resolve(True)
