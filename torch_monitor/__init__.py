@@ -60,7 +60,11 @@ from . import _fake  # noqa: E402,F401  (fake classes for torch.compile/export)
 from . import _events  # noqa: E402,F401  (log_event(name, data), traceable)
 from ._steps import get_step, set_step  # noqa: E402  (the training step)
 from ._ranks import process_rank, set_process_rank  # noqa: E402  (rank-aware sinks)
-from ._rank_sync import set_default_rank_group, set_rank_sync_deadline  # noqa: E402
+from ._rank_sync import (  # noqa: E402
+    flush_rank_sync,
+    set_default_rank_group,
+    set_rank_sync_deadline,
+)
 from .tensorboard_handler import TensorboardEventHandler  # noqa: E402
 from . import monitors, reducers, sinks  # noqa: E402  (their __all__ below)
 from .reducers import *  # noqa: E402,F401,F403
@@ -127,6 +131,7 @@ __all__ = [
     "unregister_event_handler",
     "set_step",
     "set_rank_sync_deadline",
+    "flush_rank_sync",
     "set_default_rank_group",
     "get_step",
     "set_process_rank",

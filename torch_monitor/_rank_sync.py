@@ -65,6 +65,14 @@ def resolve(sync_ranks):
     )
 
 
+def flush_rank_sync() -> None:
+    """Waits until every window closed so far by a Stat with ``sync_ranks``
+    has been posted and, on rank 0, merged and logged (bounded by the
+    deadline). Runs by itself at exit; call it on every rank after closing
+    the last windows (``del stat``) to read the merged results before then."""
+    _C._flush_rank_sync()
+
+
 def set_default_rank_group() -> None:
     """Makes torch.distributed's default group the process default rank group.
 

@@ -287,14 +287,9 @@ class MemoryHandler(_C._MemoryHandler):
 
 
 def _prometheus_labels(labels: Optional[Mapping[str, str]]) -> Dict[str, str]:
-    """The constant labels, with ``rank`` added under torch.distributed."""
-    out = {str(k): str(v) for k, v in (labels or {}).items()}
-    if "rank" not in out:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            out["rank"] = str(dist.get_rank())
-    return out
+    """The constant labels; the core adds ``rank`` in a distributed job."""
+    sync_process_rank()  # the rank label is chosen now
+    return {str(k): str(v) for k, v in (labels or {}).items()}
 
 
 class PrometheusExporter(_C._PrometheusExporter):

@@ -93,6 +93,19 @@ PYTHON_PRELUDES = {
 
         model = Model()
     """,
+    # A process group of one rank (gloo, env://: the variables a launcher
+    # sets), so that multi-rank code runs as rank 0 of a world of 1; `rank`,
+    # `world_size`, `steps` and a `loader` for the loops.
+    "distributed": """
+        import os, socket
+        import torch.distributed as dist
+        with socket.socket() as _s:
+            _s.bind(("127.0.0.1", 0))
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_s.getsockname()[1]),
+                              RANK="0", WORLD_SIZE="1")
+        rank, world_size, steps = 0, 1, 3
+        loader = data
+    """,
 }
 
 CPP_PRELUDES = {
@@ -106,6 +119,14 @@ CPP_PRELUDES = {
     """,
     "aoti": """
         #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+    """,
+    # A training program's process group and the Store it was made with.
+    "distributed": """
+        #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+        #include <torch/csrc/distributed/c10d/Store.hpp>
+        extern c10::intrusive_ptr<c10d::Store> store;
+        extern c10::intrusive_ptr<c10d::ProcessGroup> pg;
+        extern int64_t rank, world;
     """,
     "handler": """
         struct MyHandler : torch_monitor::EventHandler {

@@ -97,17 +97,28 @@ def test_bad_arguments(tm):
 
 
 def test_rank_label_under_torch_distributed():
+    # `labels` stays what the user gave (what a saved sink keeps); the rank
+    # of the process that serves is added to every sample.
     run_isolated(
         """
-        import os, torch.distributed as dist, torch_monitor as tm
+        import os, urllib.request, torch.distributed as dist, torch_monitor as tm
         dist.init_process_group("gloo", rank=0, world_size=1,
                                 init_method="tcp://127.0.0.1:0")
         e = tm.PrometheusExporter(labels={"job": "j"})
-        assert e.labels == {"job": "j", "rank": "0"}, e.labels
         f = tm.PrometheusTextFile("/tmp/tm_rank_%d.prom" % os.getpid())
-        assert f.labels == {"rank": "0"}
-        assert tm.PrometheusExporter(labels={"rank": "9"}).labels == {"rank": "9"}
-        e.close(); f.close(); os.unlink(f.path)
+        mine = tm.PrometheusExporter(labels={"rank": "9"})
+        assert e.labels == {"job": "j"} and f.labels == {} and mine.labels == {"rank": "9"}
+        for sink in (e, f, mine):
+            sink.register()
+        s = tm.Stat("loss", [tm.Aggregation.MEAN], window_steps=1)
+        s.add(1.0); tm.set_step(1); s.add(2.0)
+        def served(port):
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+                return r.read().decode()
+        assert 'torch_monitor_loss{job="j",rank="0",aggregation="mean"} 1' in served(e.port), served(e.port)
+        assert 'torch_monitor_loss{rank="0",aggregation="mean"} 1' in open(f.path).read()
+        assert 'torch_monitor_loss{rank="9",aggregation="mean"} 1' in served(mine.port)
+        e.close(); f.close(); mine.close(); os.unlink(f.path)
         dist.destroy_process_group()
         """,
         timeout=60,

@@ -1,5 +1,6 @@
 #include <torch_monitor/sinks/prometheus_format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <set>
@@ -8,6 +9,7 @@
 
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/detail/text.h>
+#include <torch_monitor/process_rank.h>
 #include <torch_monitor/sinks/text_format.h>
 
 namespace torch_monitor::sinks::prometheus {
@@ -155,7 +157,17 @@ Labels checkedLabels(const std::map<std::string, std::string>& labels) {
     torch_monitor::detail::checkText(value, "Prometheus label value");
     out.emplace_back(name, value);
   }
-  return out; // std::map iterates sorted by name
+  // In a distributed job every sample says which rank it comes from, unless
+  // the user labelled the rank already; kept sorted by name.
+  if (labels.count("rank") == 0) {
+    if (const auto rank = processRank()) {
+      const auto at = std::find_if(out.begin(), out.end(), [](const auto& l) {
+        return l.first > "rank";
+      });
+      out.emplace(at, "rank", std::to_string(rank->rank));
+    }
+  }
+  return out; // sorted by name
 }
 
 void Snapshot::update(const Event& event) {

@@ -45,7 +45,9 @@ TORCH_MONITOR_API void appendSampleValue(std::string& out, double value);
 // The user's constant labels, checked: each name matches
 // [a-zA-Z_][a-zA-Z0-9_]*, does not start with "__" (reserved by Prometheus)
 // and is not "aggregation" (the sinks' own label); values are valid UTF-8.
-// Returns them sorted by name; throws c10::ValueError naming the bad label.
+// Adds label "rank" when this process has one (process_rank.h) and `labels`
+// has none. Returns them sorted by name; throws c10::ValueError naming the
+// bad label.
 TORCH_MONITOR_API Labels checkedLabels(
     const std::map<std::string, std::string>& labels);
 
