@@ -17,8 +17,11 @@ def monitors_of(module: nn.Module) -> Dict[str, Any]:
 
     Works on eager modules, on scripted ones and on models loaded with
     ``torch.jit.load``. The values are the monitors' TorchScript objects
-    (``peek()``, ``dump()``, ``view()``, ``reducer()``, ...); in C++ the same
-    list is ``torch_monitor::script::monitorsOf(module)``.
+    (``peek()``, ``dump()``, ``view()``, ``reducer()``, ...); ``kind()`` says
+    which monitor each is ("DifferenceMonitor", "InputMonitor",
+    "OutputMonitor", "StateMonitor", "MultiStateMonitor", or "Monitor" for
+    one written in Python). In C++ the same list is
+    ``torch_monitor::script::monitorsOf(module)``.
     """
     if isinstance(module, torch.jit.ScriptModule):
         return {path: monitor for path, _, monitor in _C._monitors_of(module._c)}

@@ -273,6 +273,36 @@ class DefaultMap:
         return f"DefaultMap(op={self.op!r})"
 
 
+# Inferno's defaults for the one-hook monitors, as named functions (so that a
+# monitor pickles, and so that one given back to a constructor is recognised
+# as the default and keeps the C++ path, which computes the same). The C++
+# observe() also skips an empty tuple, which inferno would feed as no inputs
+# (an error in every reducer).
+
+
+def _truthy(inputs: Tuple[Any, ...]) -> bool:
+    """InputMonitor's default ``filter_``: rejects an empty tuple of inputs."""
+    return bool(inputs)
+
+
+def _not_none(value: Any) -> bool:
+    """Default ``filter_`` of OutputMonitor, StateMonitor and
+    MultiStateMonitor: rejects None."""
+    return value is not None
+
+
+def _unchanged(values: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    """Default ``map_`` of InputMonitor and MultiStateMonitor: the tuple's
+    elements are the reducer's inputs."""
+    return values
+
+
+def _as_tuple(value: Any) -> Tuple[Any, ...]:
+    """Default ``map_`` of OutputMonitor and StateMonitor: a tuple's elements,
+    or the value as the one input."""
+    return value if isinstance(value, tuple) else (value,)
+
+
 # ----------------------------------------------------------------- monitor
 
 
@@ -754,10 +784,15 @@ class _ObservingMonitor(_Monitor):
     """
 
     _as_prehook = False
+    _kind = ""  # the class name monitors_of reports
+    _defaults = (_not_none, _as_tuple)  # (filter_, map_) as read back
 
     def _setup(self, reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph):
-        self._filter = _checked_callable(filter_, "filter_")
-        self._map = _checked_callable(map_, "map_")
+        # A default read back from a monitor is the default again (the C++
+        # path, saveable).
+        default_filter, default_map = self._defaults
+        self._filter = None if filter_ is default_filter else _checked_callable(filter_, "filter_")
+        self._map = None if map_ is default_map else _checked_callable(map_, "map_")
         self.reducer_ = reducer
         core = self._new_core(
             strict_bool(train_update, "train_update"),
@@ -774,7 +809,7 @@ class _ObservingMonitor(_Monitor):
         map_ = None if user_map is None else (lambda value, _: user_map(value))
         return _C.DifferenceMonitorCore(
             self.reducer_, self._core_name(), train_update, eval_update,
-            filter_, map_, None, keep_graph,
+            filter_, map_, None, keep_graph, self._kind,
         )
 
     def _core_name(self) -> str:
@@ -791,13 +826,15 @@ class _ObservingMonitor(_Monitor):
 
     @property
     def filter_(self):
-        """The custom filter, or None for the default."""
-        return self._filter
+        """The filter: the one given, else the default (a callable, as in
+        inferno)."""
+        return self._defaults[0] if self._filter is None else self._filter
 
     @property
     def map_(self):
-        """The custom map, or None for the default."""
-        return self._map
+        """The map: the one given, else the default (a callable, as in
+        inferno)."""
+        return self._defaults[1] if self._map is None else self._map
 
     @property
     def as_prehook(self) -> bool:
@@ -813,7 +850,7 @@ class InputMonitor(_ObservingMonitor):
     ``InputMonitor``).
 
     A forward pre-hook hands the tuple of positional inputs to
-    ``filter_(inputs) -> bool`` (default: reject None) and then to
+    ``filter_(inputs) -> bool`` (default: reject an empty tuple) and then to
     ``map_(inputs) -> tuple of tensors`` (default: the inputs themselves),
     unpacked as the reducer's inputs. Other arguments, gating, registration
     and saving as for :class:`DifferenceMonitor`. Unlike inferno 0.0.5 the
@@ -821,6 +858,8 @@ class InputMonitor(_ObservingMonitor):
     """
 
     _as_prehook = True
+    _kind = "InputMonitor"
+    _defaults = (_truthy, _unchanged)
 
     def __init__(
         self,
@@ -873,6 +912,8 @@ class OutputMonitor(_ObservingMonitor):
     arguments as for :class:`InputMonitor`.
     """
 
+    _kind = "OutputMonitor"
+
     def __init__(
         self,
         reducer,
@@ -907,6 +948,8 @@ class StateMonitor(_ObservingMonitor):
     ``map_(value) -> tuple of tensors`` (default: a tuple's elements, or the
     value itself) as for :class:`OutputMonitor`.
     """
+
+    _kind = "StateMonitor"
 
     def __init__(
         self,
@@ -966,10 +1009,13 @@ class MultiStateMonitor(_ObservingMonitor):
     ``subattrs`` (or the subattrs themselves when ``attr`` is empty), read
     after ``forward()`` or before it with ``as_prehook=True``.
 
-    ``filter_(values) -> bool`` (default: accept) and
+    ``filter_(values) -> bool`` (default: reject None, so accept) and
     ``map_(values) -> tuple of tensors`` (default: the values, in order, as
     the reducer's inputs).
     """
+
+    _kind = "MultiStateMonitor"
+    _defaults = (_not_none, _unchanged)
 
     def __init__(
         self,
@@ -1109,7 +1155,7 @@ class Monitor(_Monitor):
         # reducer themselves).
         return _C.DifferenceMonitorCore(
             self.reducer_, type(self).__name__, train_update, eval_update,
-            None, None, None, keep_graph,
+            None, None, None, keep_graph, "Monitor",
         )
 
     def _hooks_for(self, module: nn.Module):

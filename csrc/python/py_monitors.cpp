@@ -350,9 +350,15 @@ std::unique_ptr<PyDifferenceMonitor> makeMonitor(
     py::object filter,
     py::object map,
     py::object op,
-    bool keepGraph) {
+    bool keepGraph,
+    std::string kind) {
   auto holder = c10::make_intrusive<ScriptDifferenceMonitor>(
-      scriptReducerFrom(reducer), attr, trainUpdate, evalUpdate, keepGraph);
+      scriptReducerFrom(reducer),
+      attr,
+      trainUpdate,
+      evalUpdate,
+      keepGraph,
+      std::move(kind));
   return std::make_unique<PyDifferenceMonitor>(
       std::move(holder),
       std::move(reducer),
@@ -632,7 +638,8 @@ std::unique_ptr<PyDifferenceMonitor> copyOf(
       self.filter,
       self.map,
       self.op,
-      self.monitor->keepGraph());
+      self.monitor->keepGraph(),
+      self.holder->kind());
 }
 
 // How a thread holding the GIL waits for a reducer's or monitor's lock: the
@@ -659,7 +666,7 @@ void initMonitors(py::module_& m) {
           "DifferenceMonitorCore",
           "DifferenceMonitorCore(reducer, attr, train_update=True, "
           "eval_update=True, filter_=None, map_=None, op_=None, "
-          "keep_graph=False): the C++ "
+          "keep_graph=False, kind='DifferenceMonitor'): the C++ "
           "state of a DifferenceMonitor, a "
           "torch.classes.torch_monitor.DifferenceMonitor object. "
           "torch_monitor.DifferenceMonitor stores it on the monitored module; "
@@ -673,7 +680,15 @@ void initMonitors(py::module_& m) {
               py::arg("filter_") = py::none(),
               py::arg("map_") = py::none(),
               py::arg("op_") = py::none(),
-              py::arg("keep_graph") = false)
+              py::arg("keep_graph") = false,
+              py::arg("kind") = ScriptDifferenceMonitor::kDefaultKind)
+          // A method, as on the TorchScript object, so that every value
+          // monitors_of() gives answers kind() alike.
+          .def(
+              "kind",
+              [](const Self& self) { return self.holder->kind(); },
+              "which monitor this core serves ('DifferenceMonitor', "
+              "'OutputMonitor', ...)")
           .def_property_readonly(
               "attr",
               [](const Self& self) { return self.monitor->name(); },
@@ -753,13 +768,13 @@ void initMonitors(py::module_& m) {
           .def(
               "__reduce_ex__",
               [](const Self& self, int /*protocol*/) {
-                auto [version, name, train, eval, reducer, keepGraph] =
+                auto [version, name, train, eval, reducer, keepGraph, kind] =
                     self.holder->state();
                 // The reducer as given (the torch_monitor reducer module,
                 // which pickles with every protocol), not its ScriptObject:
                 // torch.ScriptObject aborts under protocols 0 and 1.
                 py::tuple state = py::make_tuple(
-                    version, name, train, eval, self.reducer, keepGraph);
+                    version, name, train, eval, self.reducer, keepGraph, kind);
                 return py::make_tuple(
                     py::module_::import("torch_monitor._C")
                         .attr("_difference_monitor_core_from_state"),
@@ -834,7 +849,7 @@ void initMonitors(py::module_& m) {
   m.def(
       "_difference_monitor_core_from_state",
       [](const py::tuple& state) {
-        if (state.size() != 6 || !py::isinstance<py::int_>(state[0]) ||
+        if (state.size() != 7 || !py::isinstance<py::int_>(state[0]) ||
             state[0].cast<int64_t>() !=
                 ScriptDifferenceMonitor::kStateVersion) {
           throw py::value_error(
@@ -849,7 +864,8 @@ void initMonitors(py::module_& m) {
             py::none(),
             py::none(),
             py::none(),
-            state[5].cast<bool>());
+            state[5].cast<bool>(),
+            state[6].cast<std::string>());
       },
       py::arg("state"),
       "rebuilds a pickled DifferenceMonitorCore");

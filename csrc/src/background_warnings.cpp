@@ -29,11 +29,19 @@ void setBackgroundWarningSink(BackgroundWarningSink sink) {
 
 namespace detail {
 
-void routeThreadWarningsToBackgroundSink() {
+c10::WarningHandler* backgroundWarningHandler() {
   // Stateless and never destroyed: threads outliving static destruction
   // may still warn.
   static auto* handler = new BackgroundWarningHandler();
-  c10::WarningUtils::set_warning_handler(handler);
+  return handler;
+}
+
+bool hasBackgroundWarningSink() noexcept {
+  return installedSink.load(std::memory_order_acquire) != nullptr;
+}
+
+void routeThreadWarningsToBackgroundSink() {
+  c10::WarningUtils::set_warning_handler(backgroundWarningHandler());
 }
 
 } // namespace detail

@@ -510,13 +510,35 @@ TEST(ScriptDifferenceMonitor, RefusesAnotherStateVersion) {
 TEST(ScriptDifferenceMonitor, ReadsVersionOneStateWithoutKeepGraph) {
   auto holder = scriptMonitor(makeReducer("PassthroughReducer", 1.0, 0.0, false, false, {}));
   holder->monitor().setKeepGraph(true);
-  auto [version, name, train, eval, reducer, keep] = holder->state();
-  EXPECT_EQ(version, 2);
+  auto [version, name, train, eval, reducer, keep, kind] = holder->state();
+  EXPECT_EQ(version, 3);
   EXPECT_TRUE(keep);
+  EXPECT_EQ(kind, "DifferenceMonitor");
   auto loaded = ScriptDifferenceMonitor::fromState(
       c10::ivalue::Tuple::create({int64_t(1), name, train, eval, reducer}));
   EXPECT_FALSE(loaded->monitor().keepGraph());
   EXPECT_EQ(loaded->monitor().name(), name);
+  EXPECT_EQ(loaded->kind(), "DifferenceMonitor");
+}
+
+TEST(ScriptDifferenceMonitor, KeepsItsKindAndReadsVersionTwoWithoutOne) {
+  auto reducer = c10::make_intrusive<ScriptReducer>(
+      makeReducer("PassthroughReducer", 1.0, 0.0, false, false, {}));
+  auto holder = c10::make_intrusive<ScriptDifferenceMonitor>(
+      c10::IValue(reducer), "output", true, true, false, "OutputMonitor");
+  auto [version, name, train, eval, saved, keep, kind] = holder->state();
+  EXPECT_EQ(ScriptDifferenceMonitor::fromState(c10::IValue(holder->state()))->kind(),
+            "OutputMonitor");
+  // Saved before monitors had kinds: all were DifferenceMonitors.
+  auto loaded = ScriptDifferenceMonitor::fromState(
+      c10::ivalue::Tuple::create({int64_t(2), name, train, eval, saved, keep}));
+  EXPECT_EQ(loaded->kind(), "DifferenceMonitor");
+  expectError<c10::Error>(
+      [&] {
+        c10::make_intrusive<ScriptDifferenceMonitor>(
+            c10::IValue(reducer), "x", true, true, false, "");
+      },
+      {"kind is empty"});
 }
 
 } // namespace

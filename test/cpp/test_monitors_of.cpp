@@ -15,11 +15,13 @@
 namespace torch_monitor::script {
 namespace {
 
-c10::IValue newMonitor(const std::string& name) {
+c10::IValue newMonitor(
+    const std::string& name,
+    const std::string& kind = ScriptDifferenceMonitor::kDefaultKind) {
   auto reducer = c10::make_intrusive<ScriptReducer>(
       makeReducer("PassthroughReducer", 1.0, 2.0, false, false, {}));
   return c10::IValue(c10::make_intrusive<ScriptDifferenceMonitor>(
-      c10::IValue(reducer), name, true, true));
+      c10::IValue(reducer), name, true, true, false, kind));
 }
 
 const c10::ClassTypePtr& monitorType() {
@@ -33,7 +35,8 @@ const c10::ClassTypePtr& monitorType() {
 // the hooks, like a loaded model called with module.forward(inputs).
 torch::jit::Module monitoredModel() {
   torch::jit::Module child("__torch__.Child");
-  child.register_attribute("_torch_monitor_difference_7", monitorType(), newMonitor("state"));
+  child.register_attribute(
+      "_torch_monitor_state_7", monitorType(), newMonitor("state", "StateMonitor"));
   child.register_attribute("state", c10::TensorType::get(), at::zeros({2}));
   child.define("def forward(self, x):\n  return x\n");
   torch::jit::Module parent("__torch__.Parent");
@@ -50,7 +53,9 @@ TEST(MonitorsOf, ListsEveryMonitorWithItsPath) {
   ASSERT_EQ(found.size(), 2u);
   EXPECT_EQ(found[0].path, "_torch_monitor_difference_2");
   EXPECT_EQ(found[0].kind, "DifferenceMonitor");
-  EXPECT_EQ(found[1].path, "block._torch_monitor_difference_7");
+  EXPECT_EQ(found[1].path, "block._torch_monitor_state_7");
+  // One TorchScript class serves every monitor; the kind says which.
+  EXPECT_EQ(found[1].kind, "StateMonitor");
   EXPECT_EQ(
       found[1].monitor.toCustomClass<ScriptDifferenceMonitor>()->monitor().name(),
       "state");
@@ -88,7 +93,7 @@ TEST(MonitorsOf, SilentMonitorsWarnsNamingThem) {
     silentMonitors(model);
   }
   EXPECT_NE(warned.find("module.forward(inputs)"), std::string::npos) << warned;
-  EXPECT_NE(warned.find("block._torch_monitor_difference_7"), std::string::npos);
+  EXPECT_NE(warned.find("block._torch_monitor_state_7"), std::string::npos);
 }
 
 } // namespace

@@ -424,3 +424,107 @@ def test_python_monitor_base_runs_named_methods_as_gated_hooks():
     del mon
     gc.collect()
     assert ref() is None and len(m._forward_pre_hooks) == 0
+
+
+# ---------------- with Python reducers, default callables, monitors_of kinds
+
+# Each monitor on a module, built the same way for both libraries.
+FAMILY = {
+    "input": (Neuron, lambda lib, r, m, **kw: lib.InputMonitor(r, m, **kw)),
+    "output": (Neuron, lambda lib, r, m, **kw: lib.OutputMonitor(r, m, **kw)),
+    "state": (Layer, lambda lib, r, m, **kw: lib.StateMonitor(r, "neuron.v", m, **kw)),
+    "multistate": (
+        Layer,
+        lambda lib, r, m, **kw: lib.MultiStateMonitor(r, "neuron", ("v",), m, **kw),
+    ),
+}
+
+
+def latest_inputs_reducer(base):
+    """inferno's MockReducer pattern (its test/observe/test_monitors.py):
+    forward overridden to keep what it is called with, folding nothing."""
+
+    class LatestInputs(base):
+        def __init__(self):
+            super().__init__(1.0, 0.0)
+            self.latest_inputs = None
+
+        def forward(self, *inputs, **kwargs):
+            self.latest_inputs = inputs[0] if len(inputs) == 1 else inputs
+
+    return LatestInputs
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY))
+def test_reducer_overriding_forward_is_called_by_every_monitor(inferno, name):
+    module_type, make = FAMILY[name]
+    m_ours, m_theirs = module_type(), module_type()
+    ours = make(tm, latest_inputs_reducer(tm.PassthroughReducer)(), m_ours)
+    theirs = make(inferno, latest_inputs_reducer(inferno.PassthroughReducer)(), m_theirs)
+    for x in inputs():
+        m_ours(x)
+        m_theirs(x)
+        torch.testing.assert_close(ours.reducer.latest_inputs, theirs.reducer.latest_inputs)
+    assert ours.peek() is None  # the override folded nothing
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY))
+def test_python_fold_feeds_every_monitor_like_inferno(inferno, name):
+    from test_custom_reducers import max_reducer
+
+    module_type, make = FAMILY[name]
+    m_ours, m_theirs = module_type(), module_type()
+    ours = make(tm, max_reducer(tm.FoldReducer)(1.0, 4.0), m_ours)
+    theirs = make(inferno, max_reducer(inferno.FoldReducer)(1.0, 4.0), m_theirs)
+    feed_steps(m_ours)
+    feed_steps(m_theirs)
+    assert_same_history(ours, theirs)
+
+
+def same_values(a, b):
+    """Whether a default gave the very objects the other library's did."""
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(map(same_values, a, b))
+    return a is b
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY))
+def test_default_filter_and_map_read_back_like_inferno(inferno, name, tmp_path):
+    module_type, make = FAMILY[name]
+    ours = make(tm, tm.PassthroughReducer(1.0), module_type())
+    theirs = make(inferno, inferno.PassthroughReducer(1.0), module_type())
+    t = torch.ones(2)
+    for value in (None, (), (t,), (t, t)):
+        assert ours.filter_(value) == theirs.filter_(value), value
+    for value in ((t,), (t, t), t):
+        assert same_values(ours.map_(value), theirs.map_(value)), value
+    # Given back, the defaults are the defaults: the C++ path, saveable.
+    module = module_type()
+    rebuilt = make(tm, tm.PassthroughReducer(1.0), module, filter_=ours.filter_, map_=ours.map_)
+    assert not rebuilt.core.has_custom_callables
+    assert (rebuilt.filter_, rebuilt.map_) == (ours.filter_, ours.map_)
+    scripted = torch.jit.script(module)
+    scripted(torch.ones(4))
+    torch.jit.save(scripted, str(tmp_path / "m.pt"))
+    assert pickle.loads(pickle.dumps(rebuilt)).map_ is ours.map_
+
+
+def test_monitors_of_says_which_monitor(tmp_path):
+    layer = Layer()
+    made = {
+        "DifferenceMonitor": tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "neuron.v", layer),
+        "InputMonitor": tm.InputMonitor(tm.PassthroughReducer(1.0), layer),
+        "OutputMonitor": tm.OutputMonitor(tm.PassthroughReducer(1.0), layer),
+        "StateMonitor": tm.StateMonitor(tm.PassthroughReducer(1.0), "neuron.v", layer),
+        "MultiStateMonitor": tm.MultiStateMonitor(tm.PassthroughReducer(1.0), "neuron", ("v",), layer),
+    }
+    layer(torch.ones(4))
+    expected = {monitor.key: kind for kind, monitor in made.items()}
+    scripted = torch.jit.script(layer)
+    torch.jit.save(scripted, str(tmp_path / "m.pt"))
+    loaded = torch.jit.load(str(tmp_path / "m.pt"))
+    for model in (layer, scripted, loaded):
+        assert {path: m.kind() for path, m in tm.monitors_of(model).items()} == expected
+    # A monitor written in Python (eager only: its hooks are Python code).
+    counting = Counting(tm.PassthroughReducer(1.0), layer.neuron)
+    assert tm.monitors_of(layer)[f"neuron.{counting.key}"].kind() == "Monitor"

@@ -28,5 +28,15 @@ namespace detail {
 // to the background warning sink. Thread-safe (sets a thread-local).
 TORCH_MONITOR_API void routeThreadWarningsToBackgroundSink();
 
+// The c10 handler that hands warnings to the background warning sink (c10's
+// default without one), for a WarningHandlerGuard around a warning that has
+// no caller to see it even on a caller's thread. Never destroyed.
+// Thread safety: stateless, usable from any thread.
+TORCH_MONITOR_API c10::WarningHandler* backgroundWarningHandler();
+
+// Whether a background warning sink is installed (the Python binding
+// installs one). Thread-safe (an atomic load).
+TORCH_MONITOR_API bool hasBackgroundWarningSink() noexcept;
+
 } // namespace detail
 } // namespace torch_monitor

@@ -3,6 +3,8 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/api/object.h>
 
+#include <torch_monitor/script/script_difference_monitor.h>
+
 namespace torch_monitor::script {
 namespace {
 
@@ -11,8 +13,10 @@ constexpr const char* kMonitorSuffix = "Monitor";
 
 } // namespace
 
-// Every *Monitor class the library registers counts (DifferenceMonitor and
-// the others), so new monitors are listed without a change here.
+// Every *Monitor class the library registers counts, so new monitor classes
+// are listed without a change here. One class, DifferenceMonitor, is the core
+// of every Python monitor (InputMonitor, OutputMonitor, ...): it says which
+// one it serves.
 std::string monitorKind(const c10::IValue& value) {
   if (!value.isObject()) {
     return "";
@@ -29,6 +33,10 @@ std::string monitorKind(const c10::IValue& value) {
       qualified.compare(
           qualified.size() - suffix.size(), suffix.size(), suffix) != 0) {
     return "";
+  }
+  if (value.toObjectRef().type() ==
+      c10::getCustomClassType<c10::intrusive_ptr<ScriptDifferenceMonitor>>()) {
+    return value.toCustomClass<ScriptDifferenceMonitor>()->kind();
   }
   return qualified.substr(prefix.size());
 }

@@ -34,6 +34,7 @@ void defineDifferenceMonitorClass(torch::Library& m) {
         {"train_update", monitor.trainUpdate()},
         {"eval_update", monitor.evalUpdate()},
         {"keep_graph", monitor.keepGraph()},
+        {"kind", self.kind()},
         {"has_custom_callables", monitor.hasCustomCallables()}};
   });
   cls.def(
@@ -41,23 +42,29 @@ void defineDifferenceMonitorClass(torch::Library& m) {
                          std::string name,
                          bool trainUpdate,
                          bool evalUpdate,
-                         bool keepGraph) {
+                         bool keepGraph,
+                         std::string kind) {
             return c10::make_intrusive<ScriptDifferenceMonitor>(
                 c10::IValue(std::move(reducer)),
                 std::move(name),
                 trainUpdate,
                 evalUpdate,
-                keepGraph);
+                keepGraph,
+                std::move(kind));
           }),
           "DifferenceMonitor(reducer, name, train_update=True, "
-          "eval_update=True, keep_graph=False): feeds reducer the difference "
+          "eval_update=True, keep_graph=False, kind='DifferenceMonitor'): "
+          "feeds reducer the difference "
           "of a module attribute across forward(); the module's hooks call "
-          "before() and after() with the attribute's value and self.training",
+          "before() and after() with the attribute's value and "
+          "self.training (a one-hook monitor's hook, named by kind, calls "
+          "observe())",
           {torch::arg("reducer"),
            torch::arg("name"),
            torch::arg("train_update") = true,
            torch::arg("eval_update") = true,
-           torch::arg("keep_graph") = false})
+           torch::arg("keep_graph") = false,
+           torch::arg("kind") = std::string(ScriptDifferenceMonitor::kDefaultKind)})
       .def(
           "before",
           [](const Self& self, c10::IValue value, bool training) {
@@ -109,6 +116,12 @@ void defineDifferenceMonitorClass(torch::Library& m) {
       .def(
           "name",
           [](const Self& self) { return self->monitor().name(); })
+      .def(
+          "kind",
+          [](const Self& self) { return self->kind(); },
+          "which monitor this is: 'DifferenceMonitor', 'InputMonitor', "
+          "'OutputMonitor', 'StateMonitor', 'MultiStateMonitor' or 'Monitor' "
+          "(one written in Python)")
       .def(
           "train_update",
           [](const Self& self) { return self->monitor().trainUpdate(); })
@@ -174,7 +187,8 @@ ScriptDifferenceMonitor::ScriptDifferenceMonitor(
     std::string name,
     bool trainUpdate,
     bool evalUpdate,
-    bool keepGraph)
+    bool keepGraph,
+    std::string kind)
     : reducerObject_(std::move(reducer)),
       reducer_(reducerOf(reducerObject_)),
       monitor_(
@@ -182,7 +196,14 @@ ScriptDifferenceMonitor::ScriptDifferenceMonitor(
           std::move(name),
           trainUpdate,
           evalUpdate,
-          keepGraph) {}
+          keepGraph),
+      kind_(std::move(kind)) {
+  TORCH_CHECK_VALUE(
+      !kind_.empty(),
+      "DifferenceMonitor '",
+      monitor_.name(),
+      "': kind is empty; name the monitor class, e.g. 'DifferenceMonitor'");
+}
 
 ScriptDifferenceMonitor::State ScriptDifferenceMonitor::state() const {
   TORCH_CHECK(
@@ -199,7 +220,8 @@ ScriptDifferenceMonitor::State ScriptDifferenceMonitor::state() const {
       monitor_.trainUpdate(),
       monitor_.evalUpdate(),
       reducerObject_,
-      monitor_.keepGraph());
+      monitor_.keepGraph(),
+      kind_);
 }
 
 c10::intrusive_ptr<ScriptDifferenceMonitor> ScriptDifferenceMonitor::fromState(
@@ -211,16 +233,19 @@ c10::intrusive_ptr<ScriptDifferenceMonitor> ScriptDifferenceMonitor::fromState(
       "a versioned tuple (a corrupted or foreign file?)");
   const auto& fields = state.toTupleRef().elements();
   const int64_t version = fields[0].toInt();
-  const size_t expected = version == 1 ? 5 : 6;
+  const bool known = version >= 1 && version <= kStateVersion;
+  // Version 1 has 5 fields; each later version added one.
+  const size_t expected = known ? static_cast<size_t>(version) + 4 : 0;
   TORCH_CHECK(
-      (version == 1 || version == kStateVersion) && fields.size() == expected &&
+      known && fields.size() == expected &&
           fields[1].isString() && fields[2].isBool() && fields[3].isBool() &&
-          (version == 1 || fields[5].isBool()),
+          (version == 1 || fields[5].isBool()) &&
+          (version < 3 || fields[6].isString()),
       "cannot load a torch_monitor DifferenceMonitor saved with state version ",
       version,
       " (",
       fields.size(),
-      " fields); this build reads versions 1 and ",
+      " fields); this build reads versions 1 to ",
       kStateVersion,
       ". Load the model with the torch_monitor release that saved it.");
   return c10::make_intrusive<ScriptDifferenceMonitor>(
@@ -228,7 +253,8 @@ c10::intrusive_ptr<ScriptDifferenceMonitor> ScriptDifferenceMonitor::fromState(
       fields[1].toStringRef(),
       fields[2].toBool(),
       fields[3].toBool(),
-      version == 1 ? false : fields[5].toBool());
+      version == 1 ? false : fields[5].toBool(),
+      version < 3 ? std::string(kDefaultKind) : fields[6].toStringRef());
 }
 
 void registerMonitorClasses(torch::Library& m) {

@@ -194,7 +194,8 @@ void BufferedFileWriter::reportForkedChild() {
       "this writer was made by process " + std::to_string(creatorPid_) +
           " before fork(); its background thread and file stay with that "
           "process, so events logged in this child (pid " + pid +
-          ") are dropped here (make a new sink in the child to log from it)");
+          ") are dropped here (make a new sink in the child to log from it)",
+      ProblemLog::WarnVia::kBackgroundSink);
 }
 
 void BufferedFileWriter::flush() {

@@ -378,7 +378,8 @@ void PrometheusExporter::handle(const Event& event) {
         "fork",
         "not serving in this forked child (pid " + std::to_string(::getpid()) +
             "): the server thread stays with the parent; create a new "
-            "PrometheusExporter (on another port) to serve from the child");
+            "PrometheusExporter (on another port) to serve from the child",
+        ProblemLog::WarnVia::kBackgroundSink);
   }
   impl_->snapshot.update(event);
 }

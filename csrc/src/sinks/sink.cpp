@@ -3,8 +3,11 @@
 #include <torch_monitor/detail/text.h>
 
 #include <cmath>
+#include <optional>
 
 #include <c10/util/Exception.h>
+
+#include <torch_monitor/background_warnings.h>
 
 #include <torch_monitor/sinks/text_format.h>
 
@@ -12,7 +15,10 @@ namespace torch_monitor::sinks {
 
 ProblemLog::ProblemLog(std::string owner) : owner_(std::move(owner)) {}
 
-bool ProblemLog::report(const std::string& key, const std::string& message) {
+bool ProblemLog::report(
+    const std::string& key,
+    const std::string& message,
+    WarnVia via) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (!keys_.insert(key).second) {
@@ -21,6 +27,11 @@ bool ProblemLog::report(const std::string& key, const std::string& message) {
     messages_.push_back(owner_ + ": " + message);
   }
   // Outside the lock: a warning handler (Python's, say) may run anything.
+  std::optional<c10::WarningUtils::WarningHandlerGuard> route;
+  if (via == WarnVia::kBackgroundSink &&
+      torch_monitor::detail::hasBackgroundWarningSink()) {
+    route.emplace(torch_monitor::detail::backgroundWarningHandler());
+  }
   TORCH_WARN(owner_, ": ", message);
   return true;
 }

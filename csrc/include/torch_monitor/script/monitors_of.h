@@ -17,16 +17,19 @@ struct MonitorEntry {
   // e.g. "block._torch_monitor_difference_3" (the attribute names are
   // generated, hence this listing).
   std::string path;
-  // Its TorchScript class name without the namespace, e.g.
-  // "DifferenceMonitor".
+  // Which monitor it is: "DifferenceMonitor", "InputMonitor",
+  // "OutputMonitor", "StateMonitor", "MultiStateMonitor" or "Monitor" (a
+  // Python subclass of torch_monitor.Monitor); all of these are
+  // torch.classes.torch_monitor.DifferenceMonitor objects.
   std::string kind;
   // The torch.classes.torch_monitor object; for a DifferenceMonitor,
   // `monitor.toCustomClass<ScriptDifferenceMonitor>()`.
   c10::IValue monitor;
 };
 
-// The class name of a torch_monitor monitor object ("DifferenceMonitor",
-// ...), or "" for any other value. Thread safety: pure.
+// Which monitor a torch_monitor monitor object is ("DifferenceMonitor",
+// "OutputMonitor", ...; see MonitorEntry::kind), or "" for any other value.
+// Thread safety: pure.
 TORCH_MONITOR_API std::string monitorKind(const c10::IValue& value);
 
 // Every torch_monitor monitor held by `module` or its submodules, in the

@@ -28,20 +28,27 @@ class ScriptDifferenceMonitor : public torch::CustomClassHolder {
       bool, // train_update
       bool, // eval_update
       c10::IValue, // the Reducer object, pickled by its class
-      bool>; // keep_graph (absent in version 1, which kept none)
-  static constexpr int64_t kStateVersion = 2;
+      bool, // keep_graph (absent in version 1, which kept none)
+      std::string>; // kind (absent before version 3: "DifferenceMonitor")
+  static constexpr int64_t kStateVersion = 3;
+
+  // The kind of a monitor built without one.
+  static constexpr const char* kDefaultKind = "DifferenceMonitor";
 
   // `reducer` is a torch.classes.torch_monitor.Reducer object (an
   // intrusive_ptr<ScriptReducer> converts). The very object is kept, not
   // only the C++ reducer: torch.jit.save writes an object referenced twice
   // (by the module and by this monitor) once, so both still share one
   // reducer after loading. Throws c10::TypeError for anything else.
+  // `kind` names the monitor class whose hooks drive it ("InputMonitor",
+  // ...): one C++ core serves every monitor, and monitorsOf() reports it.
   ScriptDifferenceMonitor(
       c10::IValue reducer,
       std::string name,
       bool trainUpdate,
       bool evalUpdate,
-      bool keepGraph = false);
+      bool keepGraph = false,
+      std::string kind = kDefaultKind);
 
   DifferenceMonitor& monitor() noexcept {
     return monitor_;
@@ -52,6 +59,10 @@ class ScriptDifferenceMonitor : public torch::CustomClassHolder {
   const c10::intrusive_ptr<ScriptReducer>& scriptReducer() const noexcept {
     return reducer_;
   }
+  // Which monitor this is, e.g. "DifferenceMonitor" or "OutputMonitor".
+  const std::string& kind() const noexcept {
+    return kind_;
+  }
   // The Reducer object given to the constructor.
   const c10::IValue& reducerObject() const noexcept {
     return reducerObject_;
@@ -61,7 +72,8 @@ class ScriptDifferenceMonitor : public torch::CustomClassHolder {
   // callables: those cannot be saved, and a silently different monitor after
   // loading would be worse than no save.
   State state() const;
-  // Reads versions 1 and 2 (version 1's tuple has no keep_graph).
+  // Reads versions 1 to 3 (version 1's tuple has no keep_graph, versions 1
+  // and 2 no kind).
   static c10::intrusive_ptr<ScriptDifferenceMonitor> fromState(
       c10::IValue state);
 
@@ -69,6 +81,7 @@ class ScriptDifferenceMonitor : public torch::CustomClassHolder {
   c10::IValue reducerObject_;
   c10::intrusive_ptr<ScriptReducer> reducer_;
   DifferenceMonitor monitor_;
+  std::string kind_;
 };
 
 } // namespace torch_monitor::script

@@ -25,10 +25,23 @@ class TORCH_MONITOR_API ProblemLog {
   // `owner` prefixes every message, e.g. "TensorBoardWriter('runs/exp1')".
   explicit ProblemLog(std::string owner);
 
+  // Where a report's warning goes.
+  enum class WarnVia {
+    kCaller, // the calling thread's c10 handler (TORCH_WARN)
+    // The background warning sink when one is installed (in Python: a
+    // RuntimeWarning on the main thread), else the caller's handler: for
+    // trouble met while handling an event, which any thread may log (in
+    // Python, log_event does not turn c10 warnings into Python ones).
+    kBackgroundSink,
+  };
+
   // Warns with "<owner>: <message>" unless `key` was reported before;
   // returns whether it warned. Never called with a lock held by the caller
   // that a warning handler could need.
-  bool report(const std::string& key, const std::string& message);
+  bool report(
+      const std::string& key,
+      const std::string& message,
+      WarnVia via = WarnVia::kCaller);
 
   // The messages warned so far, oldest first.
   std::vector<std::string> messages() const;
