@@ -20,6 +20,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <torch_monitor/background_warnings.h>
 #include <torch_monitor/detail/rank_post.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/stat.h>
@@ -179,6 +180,9 @@ struct RankSync {
   }
 
   void run() {
+    // Its warnings (a failing handler, a Store error) have no caller to see
+    // them: in Python they become warnings on the main thread.
+    routeThreadWarningsToBackgroundSink();
     std::vector<Merge> merges;
     std::vector<Leftover> leftovers;
     auto nextSweep = SteadyClock::now();
