@@ -7,7 +7,7 @@ PYTHON=${PYTHON:-python3}
 
 # prometheus: the real server test/python/test_prometheus.py scrapes the
 # exporter with (the test runs the binary itself; it needs no service).
-apt_packages=(cmake g++ make libgtest-dev libbenchmark-dev prometheus)
+apt_packages=(cmake g++ make libgtest-dev libbenchmark-dev libgloo-dev prometheus)
 missing=()
 for package in "${apt_packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -1,7 +1,9 @@
 // Stats synced across ranks (rank_sync.h): forked processes, one per rank,
 // each with its own c10d FileStore client on one file, as a C++ training
-// program would create them. (The wheel ships no gloo headers, so
-// ProcessGroupGloo cannot be built here; the merge uses only the Store.)
+// program would create them. Where gloo's headers are installed (the torch
+// wheel ships none; Debian's libgloo-dev has them, the symbols are in
+// libtorch_cpu), each rank also trains through a ProcessGroupGloo made on
+// that Store: an all-reduce per step beside the synced Stat, as in DDP.
 
 #include <unistd.h>
 
@@ -12,6 +14,10 @@
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#ifdef TORCH_MONITOR_TEST_GLOO
+#include <ATen/ops/full.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 
 #include <torch_monitor/rank_sync.h>
 
@@ -55,31 +61,12 @@ int runRank(
     const std::string& storePath,
     int64_t rank,
     int64_t worldSize,
-    int64_t ranksAlive) {
+    int64_t ranksAlive,
+    bool trainWithGloo) {
   alarm(60); // never outlive a hung test
   if (rank >= ranksAlive) {
     _exit(0); // a rank that died before posting anything
   }
-  auto group = std::make_shared<RankGroup>();
-  group->store = c10::make_intrusive<c10d::FileStore>(storePath, worldSize);
-  group->rank = rank;
-  group->worldSize = worldSize;
-  group->deadline = std::chrono::milliseconds(1000);
-  setDefaultRankGroup(group);
-  auto recorder = std::make_shared<RecordingHandler>();
-  registerEventHandler(recorder);
-  {
-    Stat<double> loss("loss", kAllAggregations, WindowSteps{kWindowSteps});
-    loss.syncRanks(nullptr); // the process default group
-    for (int64_t step = 0; step < kSteps; ++step) {
-      setStep(step);
-      for (double v : samplesOf(rank, step)) {
-        loss.add(v);
-      }
-    }
-    setStep(kSteps);
-  } // destruction posts the last window
-  flushRankSync();
   int failures = 0;
   const auto check = [&](bool ok, const std::string& what) {
     if (!ok) {
@@ -87,6 +74,48 @@ int runRank(
       ++failures;
     }
   };
+  auto group = std::make_shared<RankGroup>();
+  group->store = c10::make_intrusive<c10d::FileStore>(storePath, worldSize);
+  group->rank = rank;
+  group->worldSize = worldSize;
+  group->deadline = std::chrono::milliseconds(1000);
+  setDefaultRankGroup(group);
+  // One step of data-parallel training: the ranks' gradients all-reduced.
+  std::function<void()> trainStep = [] {};
+#ifdef TORCH_MONITOR_TEST_GLOO
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  if (trainWithGloo) {
+    auto options = c10d::ProcessGroupGloo::Options::create();
+    options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        group->store, int(rank), int(worldSize), options);
+    trainStep = [&] {
+      std::vector<at::Tensor> grad{at::full({4}, double(rank + 1), at::kDouble)};
+      pg->allreduce(grad)->wait();
+      check(
+          grad[0][0].item<double>() == double(worldSize * (worldSize + 1) / 2),
+          "the all-reduced gradient");
+    };
+  }
+#else
+  (void)trainWithGloo;
+#endif
+  auto recorder = std::make_shared<RecordingHandler>();
+  registerEventHandler(recorder);
+  {
+    Stat<double> loss("loss", kAllAggregations, WindowSteps{kWindowSteps});
+    loss.syncRanks(nullptr); // the process default group
+    for (int64_t step = 0; step < kSteps; ++step) {
+      setStep(step);
+      trainStep();
+      for (double v : samplesOf(rank, step)) {
+        loss.add(v);
+      }
+    }
+    setStep(kSteps);
+  } // destruction posts the last window
+  flushRankSync();
   const auto events = recorder->statEvents();
   if (rank != 0) {
     check(events.empty(), "a rank other than 0 logged a merged event");
@@ -111,7 +140,7 @@ int runRank(
   return failures;
 }
 
-void runRanks(int64_t worldSize, int64_t ranksAlive) {
+void runRanks(int64_t worldSize, int64_t ranksAlive, bool trainWithGloo = false) {
   TempDir dir;
   const std::string storePath = dir / "store";
   std::vector<pid_t> pids;
@@ -119,7 +148,7 @@ void runRanks(int64_t worldSize, int64_t ranksAlive) {
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      _exit(runRank(storePath, rank, worldSize, ranksAlive));
+      _exit(runRank(storePath, rank, worldSize, ranksAlive, trainWithGloo));
     }
     pids.push_back(pid);
   }
@@ -130,6 +159,14 @@ void runRanks(int64_t worldSize, int64_t ranksAlive) {
 
 TEST(RankSync, ThreeRanksMergeEveryWindowOnRankZero) {
   runRanks(3, 3);
+}
+
+TEST(RankSync, RanksTrainingThroughProcessGroupGlooMergeOnRankZero) {
+#ifdef TORCH_MONITOR_TEST_GLOO
+  runRanks(2, 2, /*trainWithGloo=*/true);
+#else
+  GTEST_SKIP() << "gloo's headers are not installed (apt-get install libgloo-dev)";
+#endif
 }
 
 TEST(RankSync, DeadRankGivesPartialMergesWithinTheDeadline) {
