@@ -171,13 +171,7 @@ TYPED_TEST(StatTest, Accessors) {
 // A stat keeps its list packed in a word up to 21 entries and on the heap
 // beyond: both forms give the list back as given.
 TEST(StatAggregationList, ShortLongAndEmptyListsComeBackAsGiven) {
-  const std::vector<Aggregation> all = {
-      Aggregation::VALUE,
-      Aggregation::MEAN,
-      Aggregation::COUNT,
-      Aggregation::SUM,
-      Aggregation::MAX,
-      Aggregation::MIN};
+  const std::vector<Aggregation>& all = kAllAggregations;
   for (size_t n : {size_t(0), size_t(1), size_t(6), size_t(20), size_t(21),
                    size_t(22), size_t(100)}) {
     std::vector<Aggregation> list;
