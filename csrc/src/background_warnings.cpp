@@ -29,11 +29,20 @@ void setBackgroundWarningSink(BackgroundWarningSink sink) {
 
 namespace detail {
 
+namespace {
+
+// Stateless and never destroyed: threads outliving static destruction may
+// still warn. Built when the library loads, not by the first library thread
+// that starts: a fork() while the parent's new window timer was still inside
+// a lazy initialisation here left the child's timer waiting forever on the
+// initialisation guard (seen as WindowTimerFork.ChildClosesItsTimedWindowsOnTime
+// failing at its first fork, about 1 run in 100 under load).
+c10::WarningHandler* const handlerBuiltAtLoad = new BackgroundWarningHandler();
+
+} // namespace
+
 c10::WarningHandler* backgroundWarningHandler() {
-  // Stateless and never destroyed: threads outliving static destruction
-  // may still warn.
-  static auto* handler = new BackgroundWarningHandler();
-  return handler;
+  return handlerBuiltAtLoad;
 }
 
 bool hasBackgroundWarningSink() noexcept {
