@@ -24,6 +24,7 @@
 
 #include <torch_monitor/nn.h>
 
+#include "test_nn_support.h"
 #include "test_support.h"
 
 namespace torch_monitor {
@@ -31,14 +32,7 @@ namespace {
 
 namespace tnn = torch_monitor::nn;
 using test::expectValueError;
-
-// Removes a hook handle at the end of the scope.
-struct ScopedHook {
-  tnn::HookHandle handle;
-  ~ScopedHook() {
-    handle.remove();
-  }
-};
+using test::ScopedHook;
 
 // forward() with several arguments of different types, a default argument
 // and an overload; records every call into a shared log.

@@ -19,6 +19,7 @@
 #include <torch_monitor/nn.h>
 #include <torch_monitor/reducers/factory.h>
 
+#include "test_nn_support.h"
 #include "test_support.h"
 
 namespace torch_monitor {
@@ -26,14 +27,7 @@ namespace {
 
 namespace tnn = torch_monitor::nn;
 using test::expectValueError;
-
-// Removes a hook handle at the end of the scope.
-struct ScopedHook {
-  tnn::HookHandle handle;
-  ~ScopedHook() {
-    handle.remove();
-  }
-};
+using test::ScopedHook;
 
 // A leaky neuron: v <- 0.6 v + x; where v > 1 it spikes and resets to 0.
 // Returns v before the reset. Updates its buffers in place.
