@@ -69,6 +69,13 @@ Registry& registry() {
   return *instance;
 }
 
+// Built when the library loads: else the first event of a program that never
+// registers a handler may reach registry() on the window timer's thread, and
+// a fork() (a DataLoader worker) while that thread is inside the lazy
+// initialisation would leave every logEvent of the child blocked on its guard
+// (the same hazard as backgroundWarningHandler()'s).
+const bool kRegistryBuiltAtLoad = (registry(), true);
+
 // Moves out the retired lists that no reader marks (callers hold the mutex;
 // the caller releases them after unlocking, since releasing a handler may run
 // arbitrary code).
