@@ -13,6 +13,7 @@ prints the merged windows and what a scrape returns.
 """
 
 import argparse
+import gc
 import os
 import tempfile
 import time
@@ -92,6 +93,12 @@ def train(rank, args, init_file):
         for sink in sinks:
             sink.unregister()
     dist.barrier()
+    # Free DDP before the process group, so that the group's own Python
+    # object destroys it, without the GIL: destroyed by DDP's reducer, with
+    # the GIL held, it can deadlock against a gloo worker that needs the GIL
+    # (a PyTorch bug; see docs/distributed.md, "Shutting down").
+    del model, optimizer
+    gc.collect()
     dist.destroy_process_group()
 
 

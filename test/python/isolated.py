@@ -44,13 +44,27 @@ def run_isolated(source, timeout=DEFAULT_TIMEOUT_S, env=None, cwd=None, check=Tr
 
     The source is written to a file first, so that code in it can be
     scripted (``torch.jit.script`` reads the source of classes and
-    functions).
+    functions). See ``run_script`` for the rest.
+    """
+    code = textwrap.dedent(source)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", prefix="isolated_", delete=False) as f:
+        f.write(code)
+        script = f.name
+    try:
+        return run_script(script, timeout=timeout, env=env, cwd=cwd, check=check)
+    finally:
+        os.unlink(script)
+
+
+def run_script(script, *args, timeout=DEFAULT_TIMEOUT_S, env=None, cwd=None, check=True):
+    """Runs ``python -P script *args`` and returns an Outcome.
 
     ``faulthandler`` is on, so a crash or a hang prints every thread's Python
-    stack. A child still running after ``timeout`` seconds is killed and the
-    test fails as a hang. With ``check`` (the default) any exit status but 0
-    fails the test too; pass ``check=False`` to inspect a deliberate signal or
-    error exit.
+    stack. The child leads a session of its own: if it is still running after
+    ``timeout`` seconds, it and every process it started (``mp.spawn``
+    ranks, say) are killed, and the test fails as a hang. With ``check`` (the
+    default) any exit status but 0 fails the test too; pass ``check=False``
+    to inspect a deliberate signal or error exit.
     """
     import pytest
 
@@ -58,30 +72,30 @@ def run_isolated(source, timeout=DEFAULT_TIMEOUT_S, env=None, cwd=None, check=Tr
     child_env["PYTHONFAULTHANDLER"] = "1"
     if env:
         child_env.update(env)
-    code = textwrap.dedent(source)
-    with tempfile.NamedTemporaryFile("w", suffix=".py", prefix="isolated_", delete=False) as f:
-        f.write(code)
-        script = f.name
+    child = subprocess.Popen(
+        [sys.executable, "-P", str(script), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env,
+        cwd=cwd,
+        errors="replace",
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            [sys.executable, "-P", script],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=child_env,
-            cwd=cwd,
-            errors="replace",
-        )
-    except subprocess.TimeoutExpired as e:
-        os.unlink(script)
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        try:
+            out, err = child.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            # A process that left the session still holds the pipes open.
+            out, err = "", "(no output: a process outside the child's session kept its pipes open)"
         pytest.fail(
             f"hang: the child process did not finish within {timeout} s\n"
             f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}"
         )
-    os.unlink(script)
-    outcome = Outcome(done.returncode, done.stdout, done.stderr)
-    if check and done.returncode != 0:
+    outcome = Outcome(child.returncode, out, err)
+    if check and child.returncode != 0:
         pytest.fail(outcome.describe())
     return outcome
