@@ -29,21 +29,22 @@ void setBackgroundWarningSink(BackgroundWarningSink sink) {
 
 namespace detail {
 
+c10::WarningHandler* backgroundWarningHandler() {
+  // Stateless and never destroyed: threads outliving static destruction may
+  // still warn.
+  static auto* handler = new BackgroundWarningHandler();
+  return handler;
+}
+
 namespace {
 
-// Stateless and never destroyed: threads outliving static destruction may
-// still warn. Built when the library loads, not by the first library thread
-// that starts: a fork() while the parent's new window timer was still inside
-// a lazy initialisation here left the child's timer waiting forever on the
-// initialisation guard (seen as WindowTimerFork.ChildClosesItsTimedWindowsOnTime
-// failing at its first fork, about 1 run in 100 under load).
-c10::WarningHandler* const handlerBuiltAtLoad = new BackgroundWarningHandler();
+// Built when the library loads, not by the first library thread that warns:
+// a fork() while the new window timer was inside this lazy initialisation
+// left the child's timer blocked forever on its guard (docs/design.md, "The
+// library's own threads").
+const bool kHandlerBuiltAtLoad = (backgroundWarningHandler(), true);
 
 } // namespace
-
-c10::WarningHandler* backgroundWarningHandler() {
-  return handlerBuiltAtLoad;
-}
 
 bool hasBackgroundWarningSink() noexcept {
   return installedSink.load(std::memory_order_acquire) != nullptr;
