@@ -40,6 +40,19 @@ def load_module(name):
     return mod
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` need a CUDA device: ``-m cuda`` selects them
+    (scripts/test_gpu.sh), and without a device they are skipped, saying so."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (run by scripts/test_gpu.sh on a GPU machine)")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(params=[REFERENCE, OURS])
 def impl(request):
     """The module under test: torch.monitor or torch_monitor."""

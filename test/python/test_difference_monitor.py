@@ -31,7 +31,6 @@ def inferno():
     return pytest.importorskip("inferno.observe")
 
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 # ---------------------------------------------------------------- helpers
@@ -1045,7 +1044,7 @@ def test_torchscript_class_can_be_used_directly():
 # --------------------------------------------------------------------- CUDA
 
 
-@needs_cuda
+@pytest.mark.cuda
 def test_cuda_forward_does_not_synchronise():
     torch.manual_seed(0)
     m = InPlace().cuda()
@@ -1068,7 +1067,7 @@ def test_cuda_forward_does_not_synchronise():
     assert torch.count_nonzero(mon_w.peek()) == 0
 
 
-@needs_cuda
+@pytest.mark.cuda
 def test_cuda_scripted_forward_does_not_synchronise():
     m = Annotated().cuda()
     mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0).to("cuda"), "state", m)
@@ -1084,7 +1083,7 @@ def test_cuda_scripted_forward_does_not_synchronise():
     torch.testing.assert_close(mon.peek().cpu(), torch.full((3,), 2.0))
 
 
-@needs_cuda
+@pytest.mark.cuda
 def test_cuda_module_with_cpu_reducer_names_the_monitor():
     m = InPlace().cuda()
     mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "state", m)  # reducer left on the CPU

@@ -136,7 +136,7 @@ def test_values_on_the_last_edge_and_between_edges(tm, tmp_path):
     assert_same(ours_python(tm, values, tmp_path / "ours"), theirs(values, tmp_path / "ref"))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_cuda_tensor_same_histogram(tm, tmp_path):
     values = torch.randn(100_000, device="cuda") * 3
     ref = theirs(values, tmp_path / "theirs")

@@ -53,3 +53,24 @@ def test_unbuilt_source_tree_import_says_what_to_do(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError:"), proc.stderr[-2000:]
     assert "source tree" in last and "scripts/build.sh" in last, last
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("g++") is None, reason="needs cmake and g++")
+def test_a_compiler_without_shared_libstdcxx_is_refused(tmp_path):
+    # Such a GCC (the CUDA image's CXX) would copy libstdc++ into the library,
+    # and that copy crashed every error message holding a number beside
+    # torch's libstdc++: the configure step must stop and say what to do.
+    wrapper = tmp_path / "g++"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "-print-file-name=libstdc++.so" ]; then echo libstdc++.so; exit 0; fi\n'
+        f'exec {shutil.which("g++")} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    done = subprocess.run(
+        ["cmake", "-S", str(ROOT), "-B", str(tmp_path / "build"), f"-DCMAKE_CXX_COMPILER={wrapper}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode != 0
+    message = " ".join(done.stderr.split())
+    assert "has no shared libstdc++" in message and "CXX=/usr/bin/g++" in message, message

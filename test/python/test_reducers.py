@@ -24,7 +24,6 @@ from conftest import load_module  # noqa: E402
 
 tm = load_module("torch_monitor")
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 DT = 0.3
 DURATION = 2.1  # 2.1 / 0.3 = 7.000000000000001 -> 8 states (9 inclusive)
@@ -558,7 +557,7 @@ def test_wrong_shape_and_arity():
 # -- CUDA -----------------------------------------------------------------------------
 
 
-@CUDA
+@pytest.mark.cuda
 def test_wrong_device():
     r = tm.EMAReducer(1.0, 0.5)
     with pytest.raises(ValueError, match="cuda"):
@@ -568,7 +567,7 @@ def test_wrong_device():
         r(torch.zeros(2))
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_cuda_matches_cpu_without_host_sync(case):
     cpu = build(tm, case, inclusive=True)
@@ -593,11 +592,11 @@ def test_cuda_matches_cpu_without_host_sync(case):
     assert close(gpu.view(times.cuda()), cpu.view(times), rtol=1e-5, atol=1e-5)
 
 
-@CUDA
+@pytest.mark.cuda
 def test_cuda_state_dict_and_script_round_trip():
     r = tm.EMAReducer(1.0, 0.5, duration=2.0).cuda()
     r(torch.ones(3, device="cuda"))
-    twin = tm.EMAReducer(1.0, 0.5).cuda()
+    twin = tm.EMAReducer(1.0, 0.5, duration=2.0).cuda()  # a history of the same length
     twin.load_state_dict(r.state_dict())
     assert twin.data.is_cuda and close(twin.dump(), r.dump())
     loaded = jit_round_trip(torch.jit.script(RawHolder(r)))

@@ -257,10 +257,9 @@ def test_add_tensor_in_torchscript():
     assert_same(*windows(stat, tensors, items))
 
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-@needs_cuda
+@pytest.mark.cuda
 def test_cuda_tensors_never_synchronise_and_match_the_numbers():
     gen = torch.Generator().manual_seed(5)
     host = [torch.randn(int(n), generator=gen) for n in torch.randint(1, 6, (300,), generator=gen)]
@@ -278,14 +277,14 @@ def test_cuda_tensors_never_synchronise_and_match_the_numbers():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     for t in host:
-        for x in t.tolist() + t.half().tolist():
+        for x in t.reshape(-1).tolist() + t.half().reshape(-1).tolist():
             item_stat.add(x)
     global _summed_on_device
     _summed_on_device = True
     assert_same(*closed_windows(tensor_stat, item_stat))
 
 
-@needs_cuda
+@pytest.mark.cuda
 def test_cuda_int_tensors_in_an_intstat():
     values = torch.tensor([[3, -1], [4, 1]], device="cuda")
 
