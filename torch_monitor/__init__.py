@@ -48,15 +48,23 @@ from ._C import (  # noqa: E402
     Aggregation,
     Event,
     EventHandlerHandle,
-    IntStat,
-    Stat,
-    WaitCounter,
-    WaitCounterTracker,
     log_event,
     register_event_handler,
     unregister_event_handler,
 )
-from . import _fake  # noqa: E402,F401  (fake classes for torch.compile/export)
+from ._spellings import (  # noqa: E402  (the faces of the C++ objects)
+    ConsoleHandler,
+    IntStat,
+    JsonLinesWriter,
+    MemoryHandler,
+    PrometheusExporter,
+    PrometheusTextFile,
+    Stat,
+    TensorBoardWriter,
+    WaitCounter,
+    WaitCounterTracker,
+)
+from . import _fake, _spellings  # noqa: E402,F401  (fake classes for torch.compile/export)
 from . import _events  # noqa: E402,F401  (log_event(name, data), traceable)
 from ._steps import get_step, set_step  # noqa: E402  (the training step)
 from ._ranks import process_rank, set_process_rank  # noqa: E402  (rank-aware sinks)
@@ -66,10 +74,9 @@ from ._rank_sync import (  # noqa: E402
     set_rank_sync_deadline,
 )
 from .tensorboard_handler import TensorboardEventHandler  # noqa: E402
-from . import monitors, reducers, sinks  # noqa: E402  (their __all__ below)
+from . import monitors, reducers  # noqa: E402  (their __all__ below)
 from .reducers import *  # noqa: E402,F401,F403
 from .monitors import *  # noqa: E402,F401,F403
-from .sinks import *  # noqa: E402,F401,F403
 from ._listing import monitors_of  # noqa: E402
 
 #: The value types an Event's data may hold.
@@ -79,9 +86,12 @@ data_value_t = _Union[str, float, int, bool]
 _WaitCounter = WaitCounter
 _WaitCounterTracker = WaitCounterTracker
 
+#: The name the design notes use for the JSON Lines sink.
+JsonLinesHandler = JsonLinesWriter
+
 # Compiled and exported graphs call methods of the Python faces (ScriptObject
 # subclasses) through their TorchScript methods.
-_fake.make_traceable(_C)
+_fake.make_traceable(_C, _spellings)
 
 #: Logs the open window of every live Stat now (they stay usable).
 _close_all_stats = _C._close_all_stats
@@ -143,7 +153,15 @@ __all__ = [
 ]
 # In this form (not `[...] + list`) type checkers see what is exported:
 # `mypy --strict` users may then use every name (test_typing.py).
+__all__ += [
+    "TensorBoardWriter",
+    "JsonLinesWriter",
+    "JsonLinesHandler",
+    "ConsoleHandler",
+    "MemoryHandler",
+    "PrometheusExporter",
+    "PrometheusTextFile",
+]
 __all__ += reducers.__all__
 __all__ += monitors.__all__
-__all__ += sinks.__all__
 __all__ += ["monitors_of"]

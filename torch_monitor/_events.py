@@ -12,17 +12,13 @@ program). The C function hands this module every form but the fast one.
 
 import torch
 
-from . import _C
+from . import _C, _internals
 
 __all__ = ["log_event"]
 
 _log_event_values = torch.ops.torch_monitor.log_event_values.default
 
 
-@torch.compiler.disable(
-    reason="log_event(Event) cannot be traced: an Event is built outside "
-    "the graph. In compiled or exported code use log_event(name, data)."
-)
 def _log_event_object(event):
     return _C.log_event(event)
 
@@ -79,7 +75,19 @@ def log_event(event, data=None):
     _log_event_values(event, keys, values, text_keys, texts)
 
 
-# Traced code reaches the same function in place of the C one; eager calls
-# of every other form arrive here through the C function.
-torch.compiler.substitute_in_graph(_C.log_event)(log_event)
+def _trace_log_event(dynamo) -> None:
+    """Traced code reaches log_event (this module's) in place of the C
+    function; an Event built outside the graph cannot be traced. Set up when
+    Dynamo is first imported (importing it costs seconds)."""
+    global _log_event_object
+    _log_event_object = torch.compiler.disable(
+        _log_event_object,
+        reason="log_event(Event) cannot be traced: an Event is built outside "
+        "the graph. In compiled or exported code use log_event(name, data).",
+    )
+    torch.compiler.substitute_in_graph(_C.log_event)(log_event)
+
+
+_internals.after_import("torch._dynamo", _internals._pt2_support(_trace_log_event))
+# Eager calls of every form but log_event(Event) arrive here through the C function.
 _C._set_log_event_other_forms(log_event)

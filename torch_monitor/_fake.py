@@ -105,9 +105,9 @@ def _torchscript_method(name: str):
     return method
 
 
-def make_traceable(module) -> tuple:
-    """Completes the Python faces in ``module`` (``torch_monitor._C``) and
-    makes them traceable; returns the face classes.
+def make_traceable(*modules) -> tuple:
+    """Completes the Python faces in ``modules`` and makes them traceable;
+    returns the face classes.
 
     A face is a ScriptObject subclass marked with ``_script_class`` in C++.
     It looks attributes up on its own class only (fast access for the hot
@@ -117,7 +117,7 @@ def make_traceable(module) -> tuple:
     methods (see ``_internals``).
     """
     faces = tuple(
-        cls for cls in vars(module).values()
+        cls for module in modules for cls in vars(module).values()
         if isinstance(cls, type) and "_script_class" in vars(cls)
     )
     for face in faces:

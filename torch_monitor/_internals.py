@@ -16,7 +16,7 @@ import linecache
 import sys
 import warnings
 import weakref
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import torch
 
@@ -164,8 +164,11 @@ def keep_real_objects_in_strict_export(namespace: str) -> None:
     Fakes of other libraries' classes are left alone. Tested (and checked to
     be still needed) in ``test/python/test_pt2_strict_export.py``.
     """
+    after_import("torch.export._trace", _pt2_support(lambda trace: _keep_real_objects(namespace, trace)))
+
+
+def _keep_real_objects(namespace: str, _trace) -> None:
     from torch._library import fake_class_registry as registry
-    from torch.export import _trace
 
     if getattr(_trace._strict_export, "_torch_monitor_real_objects", False):
         return
@@ -233,24 +236,38 @@ def pass_any_arguments_to_aoti_proxy_executor() -> None:
     expects. Importing that codegen module costs seconds, so the patch waits
     for the first import of it.
     """
-    module = sys.modules.get(_CPP_WRAPPER)
+    after_import(_CPP_WRAPPER, _patch_cpp_wrapper)
+
+
+def after_import(name: str, set_up: "Callable[[object], None]") -> None:
+    """Runs ``set_up(module)`` once module ``name`` is imported: now if it is,
+    else right after its first import. PyTorch 2's machinery (Dynamo,
+    ``torch.export._trace``, inductor's codegen) costs seconds to import,
+    so what torch_monitor patches or registers there waits for the user to
+    reach for it. Uses ``importlib``'s documented finder protocol; the
+    loader's ``exec_module`` is wrapped."""
+    module = sys.modules.get(name)
     if module is not None:
-        _patch_cpp_wrapper(module)
-    elif not any(isinstance(f, _PatchCppWrapperOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchCppWrapperOnImport())
+        set_up(module)
+        return
+    sys.meta_path.insert(0, _AfterImport(name, set_up))
 
 
-class _PatchCppWrapperOnImport(importlib.abc.MetaPathFinder):
+class _AfterImport(importlib.abc.MetaPathFinder):
+    def __init__(self, name: str, set_up: "Callable[[object], None]") -> None:
+        self.name, self.set_up = name, set_up
+
     def find_spec(self, name, path, target=None):
-        if name != _CPP_WRAPPER:
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
         execute = spec.loader.exec_module
+        set_up = self.set_up
 
         def exec_module(module):
             execute(module)
-            _patch_cpp_wrapper(module)
+            set_up(module)
 
         spec.loader.exec_module = exec_module
         return spec

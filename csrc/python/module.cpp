@@ -40,8 +40,8 @@ PYBIND11_MODULE(_C, m) {
   tp::initAggregation(m);
   tp::initEvent(m);
   tp::initHandlers(m);
+  tp::initFaces(m);
   tp::initStats(m);
-  tp::initWaitCounters(m);
   tp::initReducers(m);
   tp::initCustomReducers(m);
   tp::initMonitors(m);

@@ -98,13 +98,15 @@ py::object eventToPython(const Event& event);
 std::string textFromPython(py::handle obj, const std::string& what);
 
 
-// A Stat's window (also a WaitCounter's): a datetime.timedelta or a number
-// of seconds, kept in whole ms; ValueError/TypeError otherwise.
-std::chrono::milliseconds windowFromPython(py::handle window);
-// A window in ms as a datetime.timedelta.
-py::object timedeltaFromMs(int64_t ms);
-// close_on_time: a bool (TypeError for any other object).
-WindowClose windowCloseFromPython(py::handle closeOnTime);
+
+
+// A rank group from a torch.distributed Store object, this process' rank in
+// it, its size and the merge deadline in seconds (py_rank_sync.cpp).
+std::shared_ptr<const RankGroup> groupFromPython(
+    py::handle store,
+    int64_t rank,
+    int64_t worldSize,
+    double deadlineSeconds);
 
 // Marks `cls` (a torch::jit::Object subclass) as the Python face of the
 // custom class torch.classes.torch_monitor.<scriptClass>: torch_monitor._fake
@@ -113,22 +115,17 @@ WindowClose windowCloseFromPython(py::handle closeOnTime);
 // and hash by the wrapped object.
 void markFace(py::handle cls, const char* scriptClass);
 
-// Stat(sync_ranks=...): nothing for False/None, nullptr for the process
-// default group (True), else the given group (py_rank_sync.cpp).
-std::optional<std::shared_ptr<const RankGroup>> rankGroupFromPython(
-    py::handle syncRanks);
-
 void initAggregation(py::module_& m);
 void initEvent(py::module_& m);
 void initHandlers(py::module_& m);
 void initStats(py::module_& m);
-void initWaitCounters(py::module_& m);
 void initReducers(py::module_& m);
 void initCustomReducers(py::module_& m);
 void initMonitors(py::module_& m);
 void initMonitorListing(py::module_& m);
 void initTesting(py::module_& m);
 void initSinks(py::module_& m);
+void initFaces(py::module_& m);
 void initProcessRank(py::module_& m);
 void initBackgroundWarnings(py::module_& m);
 void initRankSync(py::module_& m);

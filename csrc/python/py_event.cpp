@@ -10,11 +10,13 @@
 #include <pybind11/stl.h>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/jit/api/object.h>
 
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/clock.h>
 #include <torch_monitor/stat.h>
 #include <torch_monitor/step.h>
+#include <torch_monitor/script/script_event.h>
 
 namespace torch_monitor::python {
 namespace {
@@ -341,6 +343,15 @@ void initEvent(py::module_& m) {
       },
       py::arg("state"),
       "Rebuilds a pickled event (used by pickle)");
+  m.def(
+      "_event_from_script",
+      [](const torch::jit::Object& scriptEvent) {
+        return c10::IValue(scriptEvent._ivalue())
+            .toCustomClass<script::ScriptEvent>()
+            ->event();
+      },
+      py::arg("script_event"),
+      "A torch.classes.torch_monitor.Event's copy as a torch_monitor.Event");
   initialiseOnNew(m.attr("Event"));
   m.attr("STAT_EVENT") = kStatEventName;
 }

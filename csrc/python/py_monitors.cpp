@@ -8,6 +8,7 @@
 // reads the module's mode, resolves the attribute path, converts the value
 // and runs DifferenceMonitor::before/after, all in C++.
 
+#include "face.h"
 #include "py_common.h"
 #include "pybind_internals.h"
 
@@ -610,17 +611,6 @@ PyObject* fastCall(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
       self->monitor->observe(v, training == 1);
     }
   });
-}
-
-void addRawMethod(py::handle cls, PyMethodDef* def) {
-  PyObject* descriptor =
-      PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def);
-  if (descriptor == nullptr ||
-      PyObject_SetAttrString(cls.ptr(), def->ml_name, descriptor) != 0) {
-    Py_XDECREF(descriptor);
-    throw py::error_already_set();
-  }
-  Py_DECREF(descriptor);
 }
 
 py::object reducerObject(const c10::IValue& reducer) {

@@ -6,7 +6,6 @@
 #include <torch_monitor/rank_sync.h>
 
 namespace torch_monitor::python {
-namespace {
 
 // A torch.distributed Store object (torch's binding shares our pybind11
 // internals, so it casts to the C++ Store it wraps).
@@ -22,27 +21,6 @@ std::shared_ptr<const RankGroup> groupFromPython(
   group->deadline = std::chrono::milliseconds(
       static_cast<int64_t>(deadlineSeconds * 1000.0));
   return group;
-}
-
-} // namespace
-
-std::optional<std::shared_ptr<const RankGroup>> rankGroupFromPython(
-    py::handle syncRanks) {
-  if (syncRanks.is_none() || syncRanks.ptr() == Py_False) {
-    return std::nullopt;
-  }
-  // torch_monitor._rank_sync finds the group's Store, rank and size in
-  // torch.distributed (and sets the process default group for True).
-  const py::tuple resolved =
-      py::module_::import("torch_monitor._rank_sync").attr("resolve")(syncRanks);
-  if (resolved[0].is_none()) {
-    return std::shared_ptr<const RankGroup>(); // the process default group
-  }
-  return groupFromPython(
-      resolved[0],
-      resolved[1].cast<int64_t>(),
-      resolved[2].cast<int64_t>(),
-      resolved[3].cast<double>());
 }
 
 void initRankSync(py::module_& m) {

@@ -131,6 +131,16 @@ void initialiseOnNew(py::handle cls) {
   PyType_Modified(type);
 }
 
+py::object allocateUninitialised(py::handle type) {
+  py::tuple noArguments;
+  PyObject* object = py::detail::pybind11_object_new(
+      reinterpret_cast<PyTypeObject*>(type.ptr()), noArguments.ptr(), nullptr);
+  if (object == nullptr) {
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(object);
+}
+
 void refuseUninitialisedUse(pybind11::handle cls) {
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   type->tp_getattro = &getAttrOfInitialised;

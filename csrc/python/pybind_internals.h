@@ -11,6 +11,8 @@
 
 namespace torch_monitor::python {
 
+namespace py = pybind11;
+
 // The C++ object of a pybind11 instance of a single registered class;
 // nullptr when it was never initialised (made with __new__ alone).
 inline void* cppObjectOf(PyObject* obj) {
@@ -35,6 +37,11 @@ void refuseUninitialisedUse(pybind11::handle cls);
 // (Replaces the class's tp_new with one built on pybind11::detail::
 // pybind11_object_new; test_reliability_core.py's __new__ tests guard it.)
 void initialiseOnNew(pybind11::handle cls);
+
+// A new, not yet initialised instance of `type` (a class given to
+// initialiseOnNew or derived from one), for code that initialises it at
+// once (wrapping an existing object): its __new__ would run __init__.
+py::object allocateUninitialised(py::handle type);
 
 // Whether Python may still run: false during and after interpreter
 // finalization, when C++ state freed late (a handler, a monitor or a reducer

@@ -631,8 +631,9 @@ std::chrono::milliseconds windowFromSeconds(double seconds) {
       "window_size must be a finite, non-negative number of seconds, got ",
       seconds);
   // Checked before the conversion, which is undefined for values beyond
-  // int64. (Rounding may let through a value a few ms above the limit; the
-  // Stat constructor rejects it exactly.)
+  // int64. Doubles this large are 16 ms apart: the nearest one to the
+  // longest window is above it, so what passes is clamped to it (that is
+  // how datetime.timedelta.max, converted to seconds, reads back exactly).
   TORCH_CHECK_VALUE(
       seconds * 1000.0 <= double(Stat<double>::kMaxWindowMs),
       "window_size must be at most ",
@@ -640,7 +641,8 @@ std::chrono::milliseconds windowFromSeconds(double seconds) {
       " s (datetime.timedelta.max, about 2.7 million years), got ",
       seconds,
       " s");
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+  return std::chrono::milliseconds(std::min(
+      static_cast<int64_t>(seconds * 1000.0), Stat<double>::kMaxWindowMs));
 }
 
 // Memory per stat is a target of the project (at most 1.5x torch::monitor's

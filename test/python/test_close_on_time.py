@@ -39,7 +39,7 @@ def test_flag_is_keyword_only_bool_and_off_by_default():
     for cls in (tm.Stat, tm.IntStat):
         assert cls("a", [tm.SUM], 60).close_on_time is False
         assert cls("a", [tm.SUM], 60, close_on_time=True).close_on_time is True
-        with pytest.raises(TypeError, match="close_on_time must be a bool"):
+        with pytest.raises(TypeError, match="argument 'close_on_time' must be a bool"):
             cls("a", [tm.SUM], 60, close_on_time=1)
         with pytest.raises(TypeError):
             cls("a", [tm.SUM], 60, 10, True)  # keyword only
@@ -133,7 +133,7 @@ def test_pickle_copy_and_torchscript_keep_the_flag():
         for other in (pickle.loads(pickle.dumps(s)), copy.deepcopy(s), copy.copy(s)):
             assert other.close_on_time and other.max_samples == 7
         # A version-1 state (saved before close_on_time) still loads, lazy.
-        old = tm._C._restore_stat((1, "old", [2], 1000, 2**63 - 1))
+        old = tm._faces._restore(tm.Stat, (1, "old", [2], 1000, 2**63 - 1))
         assert old.name == "old" and old.close_on_time is False
 
         class M(torch.nn.Module):

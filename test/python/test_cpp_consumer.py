@@ -413,7 +413,7 @@ def test_python_stat_state_starts_with_version(tmon):
     step_state = tmon.Stat("v.by_steps", [tmon.SUM], window_steps=50).__getstate__()
     assert step_state == (3, "v.by_steps", [4], 0, 2**63 - 1, False, 50, False)
     # Older versions still load (version 2: no sync ranks).
-    old = tmon._C._restore_stat((2, "v.old", [4], 0, 7, False, 25))
+    old = tmon._faces._restore(tmon.Stat, (2, "v.old", [4], 0, 7, False, 25))
     assert old.window_steps == 25 and old.sync_ranks is False
 
 

@@ -139,7 +139,7 @@ def test_python_and_torchscript_reach_the_same_sink(tm):
         tm.log_event("eager", {"n": 1})
         assert scripted() == 2
     assert [e.name for e in memory.events()] == ["eager", "scripted"]
-    assert memory.is_registered() is False  # a TorchScript method, forwarded
+    assert memory.registered is False  # TorchScript's registered(), a Python property
 
 
 def test_flatten_holds_configuration_only(tm, tmp_path):

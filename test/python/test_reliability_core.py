@@ -48,13 +48,13 @@ def test_python_strings_are_checked_where_they_enter():
         r"""
         now = datetime.datetime.now()
         for Stat in (tm.Stat, tm.IntStat):
-            raises(ValueError, ["Stat name contains a NUL character at index 2"],
+            raises(ValueError, ["Stat() argument 'name' contains a NUL character at index 2"],
                    Stat, "ab\0c", [tm.SUM], 60)
-            raises(ValueError, ["Stat name is not valid UTF-8", "U+DC80 at index 1"],
+            raises(ValueError, ["Stat() argument 'name' is not valid UTF-8", "U+DC80 at index 1"],
                    Stat, "a\udc80", [tm.SUM], 60)
-            raises(ValueError, ["Stat name is not valid UTF-8", "0xFF at index 0"],
+            raises(ValueError, ["Stat() argument 'name' is not valid UTF-8", "0xFF at index 0"],
                    Stat, b"\xff", [tm.SUM], 60)
-            raises(ValueError, ["aggregation name is not valid UTF-8"],
+            raises(ValueError, ["Stat() argument 'aggregations' item is not valid UTF-8"],
                    Stat, "x", ["me\udc80an"], 60)
         raises(ValueError, ["Event name is not valid UTF-8"], tm.Event, b"\xc3", now, {})
         raises(ValueError, ["Event name contains a NUL"], tm.Event, "a\0", now, {})
@@ -194,21 +194,25 @@ def test_windows_and_counts_are_range_checked():
             assert Stat("x", [tm.SUM], 86_000_000_000_000).window_size == datetime.timedelta(
                 seconds=86_000_000_000_000)
             # Beyond it the window used to be accepted and reported wrong.
-            for seconds in (8.64e13 + 1, 1e14, 9.3e15, 1e300, 10**400):
+            for seconds in (8.64e13 + 1, 1e14, 9.3e15, 1e300):
                 raises(ValueError, ["window_size must be at most 86399999999999 s"],
                        Stat, "x", [tm.SUM], seconds)
+            raises(ValueError, ["argument 'window_size' is too large"], Stat, "x", [tm.SUM], 10**400)
             for bad in (float("nan"), float("inf"), -1.0):
                 raises(ValueError, ["window_size must be a finite, non-negative"],
                        Stat, "x", [tm.SUM], bad)
-            raises(ValueError, ["must not be negative"],
+            raises(ValueError, ["window_size must be a finite, non-negative"],
                    Stat, "x", [tm.SUM], datetime.timedelta(seconds=-1))
             # Counts: 1..2**63-1, ints only.
             assert Stat("x", [tm.SUM], 1, max_samples=2**63 - 1).max_samples == 2**63 - 1
-            for count in (0, -1, 2**63, 2**100):
-                raises(ValueError, ["max_samples must be between 1 and 2**63-1"],
+            for count in (0, -1):
+                raises(ValueError, ["max_samples must be at least 1"],
+                       Stat, "x", [tm.SUM], 1, max_samples=count)
+            for count in (2**63, 2**100):
+                raises(ValueError, ["argument 'max_samples' must be an int in [-2**63, 2**63-1]"],
                        Stat, "x", [tm.SUM], 1, max_samples=count)
             for count in (True, 1.0, "3", None):
-                raises(TypeError, ["max_samples must be an int"],
+                raises(TypeError, ["argument 'max_samples' must be an int"],
                        Stat, "x", [tm.SUM], 1, max_samples=count)
         cu = torch.jit.CompilationUnit({MAKE_TEXT!r})
         cu.make(8.6e13)

@@ -335,7 +335,7 @@ def test_fork_while_threads_log_never_deadlocks_the_child(tm, tmp_path):
 
 @pytest.mark.parametrize("value", ["no", "", 0, 1, None, 1.0])
 def test_append_takes_only_a_bool(tm, tmp_path, value):
-    with pytest.raises(TypeError, match="append must be a bool"):
+    with pytest.raises(TypeError, match="argument 'append' must be a bool"):
         tm.JsonLinesWriter(tmp_path / "e.jsonl", append=value)
     assert not (tmp_path / "e.jsonl").exists()
 
@@ -360,12 +360,12 @@ def test_append_is_a_bool_in_torchscript(tm, tmp_path):
 @pytest.mark.parametrize(
     "writer, path, message",
     [
-        ("JsonLinesWriter", "a\0b.jsonl", "path contains a NUL byte"),
-        ("JsonLinesWriter", b"a\0b.jsonl", "path contains a NUL byte"),
-        ("JsonLinesWriter", b"\xffbad.jsonl", "path is not valid UTF-8"),
-        ("JsonLinesWriter", "\udcffbad.jsonl", "path is not valid UTF-8"),
-        ("TensorBoardWriter", "runs\0x", "log_dir contains a NUL byte"),
-        ("TensorBoardWriter", b"runs\xff", "log_dir is not valid UTF-8"),
+        ("JsonLinesWriter", "a\0b.jsonl", "argument 'path' contains a NUL character"),
+        ("JsonLinesWriter", b"a\0b.jsonl", "argument 'path' contains a NUL character"),
+        ("JsonLinesWriter", b"\xffbad.jsonl", "argument 'path' is not valid UTF-8"),
+        ("JsonLinesWriter", "\udcffbad.jsonl", "argument 'path' is not valid UTF-8"),
+        ("TensorBoardWriter", "runs\0x", "argument 'log_dir' contains a NUL character"),
+        ("TensorBoardWriter", b"runs\xff", "argument 'log_dir' is not valid UTF-8"),
     ],
 )
 def test_writer_path_must_be_utf8_without_nul(tm, tmp_path, writer, path, message):

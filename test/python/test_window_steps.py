@@ -71,7 +71,7 @@ def test_exactly_one_window_and_no_close_on_time():
         tm.Stat("ws.bad", [tm.SUM], 1.0, window_steps=5)
     with pytest.raises(ValueError, match="close_on_time applies to time windows"):
         tm.Stat("ws.bad", [tm.SUM], window_steps=5, close_on_time=True)
-    with pytest.raises(ValueError, match="window_steps must be between 1"):
+    with pytest.raises(ValueError, match="window_steps must be at least 1"):
         tm.Stat("ws.bad", [tm.SUM], window_steps=0)
     with pytest.raises(TypeError, match="window_steps must be an int"):
         tm.Stat("ws.bad", [tm.SUM], window_steps=2.5)

@@ -148,8 +148,9 @@ torch::class_<ScriptSink<S>>& defineSinkMethods(
           [](const Self<S>& self) { self->get().unregisterSelf(); },
           "Undoes register()")
       .def(
-          "is_registered",
-          [](const Self<S>& self) { return self->get().registeredSelf(); })
+          "registered",
+          [](const Self<S>& self) { return self->get().registeredSelf(); },
+          "Whether register() (or `with`) registered it")
       .def(
           "flush",
           [](const Self<S>& self) { self->get().flush(); },
@@ -168,7 +169,11 @@ torch::class_<ScriptSink<S>>& defineSinkMethods(
       .def(
           "problems",
           [](const Self<S>& self) { return self->get().problems(); },
-          "Distinct problems warned so far");
+          "Distinct problems warned so far")
+      .def(
+          "description",
+          [](const Self<S>& self) { return self->get().description(); },
+          "What it writes where, as repr() shows it");
 }
 
 // Pickled states (version first). Unpickling makes a new, unregistered sink
@@ -211,13 +216,13 @@ Self<TensorBoardWriter> makeTensorBoardWriter(
     double flushInterval,
     int64_t maxBufferBytes,
     std::vector<std::string> eventNames,
-    std::string stepKey,
+    std::optional<std::string> stepKey,
     const std::string& ranks) {
   sinks::TensorBoardWriterOptions options;
   options.flushInterval = sinks::flushIntervalFromSeconds(flushInterval);
   options.maxBufferBytes = bufferBytes(maxBufferBytes);
   options.eventNames = std::move(eventNames);
-  options.stepKey = std::move(stepKey);
+  options.stepKey = std::move(stepKey).value_or("");
   options.ranks = sinks::rankFilesFromName(ranks, "TensorBoardWriter: ranks");
   return makeSink<TensorBoardWriter>(std::move(logdir), std::move(options));
 }
@@ -235,16 +240,81 @@ void registerTensorBoardWriter(torch::Library& m) {
   });
   cls.def(
       torch::init(&makeTensorBoardWriter),
-      "TensorBoardWriter(log_dir, flush_interval=1.0, max_buffer_bytes=32 MiB, "
-      "event_names=['torch.monitor.Stat'] ([]: every event), step_key='', "
-      "ranks='separate' (distributed: a rank<r> folder per rank; 'zero': "
-      "rank 0 only))",
+      "Writes events as TensorBoard scalars, natively (no protobuf, no "
+      "TensorFlow).\n"
+      "\n"
+      "Creates ``log_dir`` and an "
+      "``events.out.tfevents.<time>.<host>.<pid>.<n>``\n"
+      "file in it. For each accepted event (by default the "
+      "``\"torch.monitor.Stat\"``\n"
+      "events a ``Stat`` logs when its window closes) every numeric value "
+      "becomes a\n"
+      "scalar: the data key is the tag, the event's timestamp the wall "
+      "time, and the\n"
+      "step a per-tag counter 0, 1, 2, ... (or the event's ``step_key`` "
+      "value).\n"
+      "ints and floats are written as float32 (TensorBoard's "
+      "``simple_value``),\n"
+      "bools as 1.0/0.0; strings are skipped.\n"
+      "\n"
+      "Logging only encodes into memory (about 0.1 \u00b5s per scalar); a "
+      "background\n"
+      "thread writes whole records every ``flush_interval`` seconds, on "
+      "``flush()``\n"
+      "and ``close()``, when the object is destroyed, and at process exit. "
+      "If the\n"
+      "disk cannot keep up, at most ``max_buffer_bytes`` are held and "
+      "newer\n"
+      "scalars are dropped (counted in ``dropped``, warned once).\n"
+      "\n"
+      "Args:\n"
+      "    log_dir: the run's directory, e.g. ``\"runs/exp1\"`` (str or "
+      "path-like).\n"
+      "    flush_interval: seconds (or a ``timedelta``) between background "
+      "writes.\n"
+      "    max_buffer_bytes: bound on buffered bytes.\n"
+      "    event_names: the event names written; ``None`` for every event.\n"
+      "    step_key: if set, an event's int value under this key is the "
+      "step of\n"
+      "        all its other values (and is not written itself).\n"
+      "    ranks: in a distributed job (``torch.distributed`` initialised, "
+      "or\n"
+      "        ``set_process_rank``), ``\"separate\"`` (default) writes to\n"
+      "        ``<log_dir>/rank<r>``, one TensorBoard run per rank; "
+      "``\"zero\"``\n"
+      "        writes on rank 0 only, to ``log_dir`` (other ranks write "
+      "nothing).\n"
+      "        Outside one, ``log_dir`` as given. ``run_dir`` is where "
+      "this\n"
+      "        process writes.\n"
+      "\n"
+      "Points land at the event's step (a Stat's event carries the "
+      "training step\n"
+      "set with ``torch_monitor.set_step``), else at a per-tag counter 0, "
+      "1, 2.\n"
+      "\n"
+      "Also ``add_scalar(tag, scalar_value, global_step=None, "
+      "walltime=None)``\n"
+      "like ``SummaryWriter`` (``global_step`` None means the training "
+      "step when\n"
+      "one is set, else the tag's next counter value; ``walltime`` None "
+      "means\n"
+      "now); ``add_histogram(tag, values, global_step=None, "
+      "walltime=None)``, the\n"
+      "histogram of a tensor's values with "
+      "``SummaryWriter.add_histogram``'s\n"
+      "default buckets (bucketed on the tensor's device; ``values`` None "
+      "writes\n"
+      "nothing, so ``monitor.peek()`` can be passed as is; ``global_step`` "
+      "as for\n"
+      "``add_scalar``; see docs/sinks.md \"Histograms\"); and the read-only\n"
+      "``log_dir``, ``file_path``, ``flush_interval``, ``event_names``.",
       {torch::arg("log_dir"),
        torch::arg("flush_interval") = 1.0,
        torch::arg("max_buffer_bytes") = int64_t(32) << 20,
        torch::arg("event_names") =
            c10::IValue(c10::List<std::string>({std::string(kStatEventName)})),
-       torch::arg("step_key") = std::string(),
+       torch::arg("step_key") = c10::IValue(),
        torch::arg("ranks") = std::string("separate")});
   defineSinkMethods(cls)
       .def(
@@ -260,14 +330,15 @@ void registerTensorBoardWriter(torch::Library& m) {
                 stepArgument(step, "add_scalar"),
                 wallTime.value_or(std::numeric_limits<double>::quiet_NaN()));
           },
-          "Writes one point; value and step are numbers or one-element "
-          "tensors (read when the call runs); step None means the training "
+          "Writes one point at global_step (SummaryWriter's arguments): "
+          "scalar_value and global_step are numbers or one-element tensors "
+          "(read when the call runs); global_step None means the training "
           "step (set_step) when one is set, else the tag's next counter "
-          "value; wall_time None means now",
+          "value; walltime None means now",
           {torch::arg("tag"),
-           torch::arg("value"),
-           torch::arg("step") = c10::IValue(),
-           torch::arg("wall_time") = c10::IValue()})
+           torch::arg("scalar_value"),
+           torch::arg("global_step") = c10::IValue(),
+           torch::arg("walltime") = c10::IValue()})
       .def(
           "add_histogram",
           [](const Self<S>& self,
@@ -286,17 +357,37 @@ void registerTensorBoardWriter(torch::Library& m) {
             }
           },
           "Writes the histogram of `values` with SummaryWriter's default "
-          "buckets (None: nothing); step an int, a one-element tensor, or "
-          "None for the training step (else a per-tag counter); wall_time "
-          "None means now",
+          "buckets (None writes nothing, so a monitor's peek() can be passed "
+          "as is); global_step an int, a one-element tensor, or None for the "
+          "training step (else a per-tag counter); walltime None means now",
           {torch::arg("tag"),
            torch::arg("values"),
-           torch::arg("step") = c10::IValue(),
-           torch::arg("wall_time") = c10::IValue()})
+           torch::arg("global_step") = c10::IValue(),
+           torch::arg("walltime") = c10::IValue()})
       .def("log_dir", [](const Self<S>& self) { return self->get().logdir(); })
       .def(
           "file_path",
-          [](const Self<S>& self) { return self->get().filePath(); })
+          [](const Self<S>& self) { return self->get().filePath(); },
+          "The event file this process writes")
+      .def(
+          "run_dir",
+          [](const Self<S>& self) { return self->get().runDir(); },
+          "The folder this process writes to (log_dir, or its rank<r> folder)")
+      .def(
+          "ranks",
+          [](const Self<S>& self) {
+            return std::string(sinks::rankFilesName(self->get().options().ranks));
+          })
+      .def(
+          "flush_interval",
+          [](const Self<S>& self) {
+            return secondsOf(self->get().options().flushInterval);
+          },
+          "Seconds between background writes")
+      .def(
+          "event_names",
+          [](const Self<S>& self) { return self->get().options().eventNames; },
+          "The event names written ([]: every event)")
       .def_pickle(
           [](const Self<S>& self) {
             const auto& o = self->get().options();
@@ -352,9 +443,55 @@ void registerJsonLinesWriter(torch::Library& m) {
   });
   cls.def(
       torch::init(&makeJsonLinesWriter),
-      "JsonLinesWriter(path, flush_interval=1.0, max_buffer_bytes=32 MiB, "
-      "event_names=[] (every event), append=True, ranks='separate' "
-      "(distributed: <dir>/rank<r>/<name> per rank; 'zero': rank 0 only))",
+      "Appends one JSON object per event and line to ``path`` (JSON "
+      "Lines).\n"
+      "\n"
+      "``{\"name\": ..., \"timestamp\": \"2024-05-01T12:34:56.123456Z\",\n"
+      "\"epoch_seconds\": 1714566896.123456, \"data\": {...}}`` with the "
+      "data's types\n"
+      "kept: ints as JSON integers, floats as JSON numbers that read back "
+      "as float\n"
+      "(``2.0``, not ``2``; NaN and infinities as the strings ``\"NaN\"``,\n"
+      "``\"Infinity\"``, ``\"-Infinity\"``, which ``float()`` reads), bools as\n"
+      "``true``/``false``, strings as strings. Names, keys and strings are "
+      "escaped\n"
+      "and invalid UTF-8 (possible from C++) becomes U+FFFD, so every line "
+      "is valid\n"
+      "JSON: ``[json.loads(line) for line in open(path)]``.\n"
+      "\n"
+      "Buffered and written in the background exactly like "
+      "``TensorBoardWriter``.\n"
+      "\n"
+      "``path`` may also be a FIFO or ``/dev/stdout``: opening and writing "
+      "never\n"
+      "block (a FIFO without a reader is warned about and opened once one "
+      "comes;\n"
+      "a stalled reader costs dropped events, and ``close()`` waits at "
+      "most 1 s),\n"
+      "and a reader that goes away (``prog | head``) is one warning, after "
+      "which\n"
+      "events are dropped, never a ``SIGPIPE``.\n"
+      "\n"
+      "Args:\n"
+      "    path: the file (its directory is created); UTF-8 text (``str``,\n"
+      "        path-like or UTF-8 ``bytes``) without NUL bytes, not a "
+      "directory\n"
+      "        (else ``ValueError``).\n"
+      "    flush_interval: seconds (or a ``timedelta``) between background "
+      "writes.\n"
+      "    max_buffer_bytes: bound on buffered bytes.\n"
+      "    event_names: the event names written; ``None`` (default) for "
+      "every event.\n"
+      "    append: ``True`` keeps what the file holds (default), ``False`` "
+      "starts\n"
+      "        it anew; anything else is a ``TypeError``.\n"
+      "    ranks: in a distributed job, ``\"separate\"`` (default) writes to\n"
+      "        ``<dir>/rank<r>/<name>`` for ``path`` ``<dir>/<name>`` (a "
+      "FIFO or\n"
+      "        device is shared as is); ``\"zero\"`` writes on rank 0 only, "
+      "to\n"
+      "        ``path``. Lines then carry ``\"rank\"`` and ``\"world_size\"``.\n"
+      "        ``file_path`` is the file this process writes.",
       {torch::arg("path"),
        torch::arg("flush_interval") = 1.0,
        torch::arg("max_buffer_bytes") = int64_t(32) << 20,
@@ -363,6 +500,15 @@ void registerJsonLinesWriter(torch::Library& m) {
        torch::arg("ranks") = std::string("separate")});
   defineSinkMethods(cls)
       .def("path", [](const Self<S>& self) { return self->get().path(); })
+      .def(
+          "file_path",
+          [](const Self<S>& self) { return self->get().filePath(); },
+          "The file this process writes")
+      .def(
+          "ranks",
+          [](const Self<S>& self) {
+            return std::string(sinks::rankFilesName(self->get().options().ranks));
+          })
       .def_pickle(
           [](const Self<S>& self) {
             const auto& o = self->get().options();
@@ -407,7 +553,23 @@ void registerConsoleHandler(torch::Library& m) {
       torch::init([](std::string stream, std::vector<std::string> names) {
         return makeConsoleHandler(stream, std::move(names));
       }),
-      "ConsoleHandler(stream='stderr', event_names=[] (every event))",
+      "Prints one human-readable line per event to ``\"stderr\"`` (default) "
+      "or ``\"stdout\"``.\n"
+      "\n"
+      "``2024-05-01T12:34:56.123456Z torch.monitor.Stat loss.count=10 "
+      "loss.mean=0.25``\n"
+      "(UTC time, event name, data sorted by key). Each line is written "
+      "straight\n"
+      "to the file descriptor, so it is not mixed with other lines but can\n"
+      "overtake text still sitting in ``sys.stdout``'s buffer. A closed "
+      "pipe is\n"
+      "one warning (later lines are dropped and counted), never a "
+      "``SIGPIPE``.\n"
+      "\n"
+      "Args:\n"
+      "    stream: ``\"stderr\"`` or ``\"stdout\"``.\n"
+      "    event_names: the event names printed; ``None`` (default) for "
+      "every event.",
       {torch::arg("stream") = std::string("stderr"),
        torch::arg("event_names") = c10::IValue(c10::List<std::string>())});
   defineSinkMethods(cls)
@@ -449,7 +611,23 @@ void registerMemoryHandler(torch::Library& m) {
   });
   cls.def(
       torch::init(&makeMemoryHandler),
-      "MemoryHandler(capacity=10000, event_names=[] (every event))",
+      "Keeps the last ``capacity`` events in memory, for tests and "
+      "notebooks.\n"
+      "\n"
+      "``events()`` returns them oldest first (as "
+      "``torch_monitor.Event``),\n"
+      "``clear()`` forgets them, ``len(handler)`` counts them; ``dropped`` "
+      "counts\n"
+      "the events overwritten because the ring was full::\n"
+      "\n"
+      "    with monitor.MemoryHandler() as memory:\n"
+      "        train_one_epoch()\n"
+      "    losses = [e.data[\"loss.mean\"] for e in memory.events()]\n"
+      "\n"
+      "Args:\n"
+      "    capacity: how many events are kept.\n"
+      "    event_names: the event names kept; ``None`` (default) for every "
+      "event.",
       {torch::arg("capacity") =
            static_cast<int64_t>(MemoryHandler::kDefaultCapacity),
        torch::arg("event_names") = c10::IValue(c10::List<std::string>())});
@@ -529,8 +707,29 @@ void registerPrometheusExporter(torch::Library& m) {
   });
   cls.def(
       torch::init(&makePrometheusExporter),
-      "PrometheusExporter(port=0 (any free port), host='127.0.0.1', "
-      "labels={}): serves Stat windows at GET /metrics",
+      "Serves every Stat's last closed window at ``GET /metrics`` for "
+      "Prometheus.\n"
+      "\n"
+      "Text exposition format 0.0.4: per Stat a gauge family\n"
+      "``torch_monitor_<name>`` (the name with characters outside\n"
+      "``[a-zA-Z0-9_:]`` replaced by ``_``) with one sample per "
+      "aggregation\n"
+      "(label ``aggregation=\"mean\"``, ...), and for a Stat with COUNT a "
+      "counter\n"
+      "``torch_monitor_<name>_count_total`` summing the counts of all "
+      "windows.\n"
+      "A scrape reads a snapshot that each window close updates: it never\n"
+      "touches ``Stat.add``. The server is one C++ thread with bounded\n"
+      "connections and timeouts (docs/sinks.md, \"Prometheus\").\n"
+      "\n"
+      "Args:\n"
+      "    port: the TCP port; 0 (default) picks a free one, see ``port``.\n"
+      "    host: the address to listen on; ``\"127.0.0.1\"`` (default) keeps "
+      "it\n"
+      "        local, ``\"0.0.0.0\"`` opens it to the network.\n"
+      "    labels: constant labels on every sample (job, run id). When\n"
+      "        torch.distributed is initialised, ``rank`` is added (unless\n"
+      "        given).",
       {torch::arg("port") = int64_t(0),
        torch::arg("host") = std::string("127.0.0.1"),
        torch::arg("labels") = c10::IValue(Labels())});
@@ -545,6 +744,11 @@ void registerPrometheusExporter(torch::Library& m) {
       .def(
           "labels",
           [](const Self<S>& self) { return labelDict(self->get().labels()); })
+      .def(
+          "serving",
+          [](const Self<S>& self) { return self->get().serving(); },
+          "Whether the server runs in this process (False after close() and "
+          "in a forked child)")
       .def(
           "render",
           [](const Self<S>& self) { return self->get().render(); },
@@ -580,8 +784,14 @@ void registerPrometheusTextFile(torch::Library& m) {
   });
   cls.def(
       torch::init(&makePrometheusTextFile),
-      "PrometheusTextFile(path, labels={}): rewrites a .prom file atomically "
-      "at every Stat window close",
+      "Writes what ``PrometheusExporter`` serves to a ``.prom`` file.\n"
+      "\n"
+      "For node_exporter's textfile collector: at every Stat window close "
+      "the\n"
+      "text is written to a temporary file beside ``path`` and renamed "
+      "over it,\n"
+      "so a reader sees a whole file, old or new. ``labels`` as for\n"
+      "``PrometheusExporter`` (``rank`` added under torch.distributed).",
       {torch::arg("path"), torch::arg("labels") = c10::IValue(Labels())});
   defineSinkMethods(cls)
       .def("path", [](const Self<S>& self) { return self->get().path(); })
@@ -603,65 +813,6 @@ void registerPrometheusTextFile(torch::Library& m) {
 }
 
 } // namespace
-
-c10::IValue newTensorBoardWriter(
-    std::string logdir,
-    double flushIntervalSeconds,
-    int64_t maxBufferBytes,
-    std::vector<std::string> eventNames,
-    std::string stepKey,
-    const std::string& ranks) {
-  return c10::IValue(makeTensorBoardWriter(
-      std::move(logdir),
-      flushIntervalSeconds,
-      maxBufferBytes,
-      std::move(eventNames),
-      std::move(stepKey),
-      ranks));
-}
-
-c10::IValue newJsonLinesWriter(
-    std::string path,
-    double flushIntervalSeconds,
-    int64_t maxBufferBytes,
-    std::vector<std::string> eventNames,
-    bool append,
-    const std::string& ranks) {
-  return c10::IValue(makeJsonLinesWriter(
-      std::move(path),
-      flushIntervalSeconds,
-      maxBufferBytes,
-      std::move(eventNames),
-      append,
-      ranks));
-}
-
-c10::IValue newConsoleHandler(
-    const std::string& stream,
-    std::vector<std::string> eventNames) {
-  return c10::IValue(makeConsoleHandler(stream, std::move(eventNames)));
-}
-
-c10::IValue newMemoryHandler(
-    int64_t capacity,
-    std::vector<std::string> eventNames) {
-  return c10::IValue(makeMemoryHandler(capacity, std::move(eventNames)));
-}
-
-c10::IValue newPrometheusExporter(
-    int64_t port,
-    std::string host,
-    const std::map<std::string, std::string>& labels) {
-  return c10::IValue(
-      makePrometheusExporter(port, std::move(host), labelDict(labels)));
-}
-
-c10::IValue newPrometheusTextFile(
-    std::string path,
-    const std::map<std::string, std::string>& labels) {
-  return c10::IValue(
-      makePrometheusTextFile(std::move(path), labelDict(labels)));
-}
 
 void registerSinkClasses(torch::Library& m) {
   registerTensorBoardWriter(m);

@@ -84,10 +84,26 @@ void defineStatClass(torch::Library& m, const char* className) {
             }
             return holder;
           }),
-          "Stat(name, aggregations, window_size_seconds, max_samples, "
-          "close_on_time, window_steps, sync_ranks): window_size None with "
-          "window_steps for windows of training steps; sync_ranks merges "
-          "windows across the ranks of the process default group",
+          std::is_same_v<T, double>
+              ? "Windowed aggregations of float samples, compatible with "
+                "torch.monitor.Stat.\n\n"
+                "Samples added in a window (add(v): a number, or a tensor whose "
+                "every element is one sample, on any device, never read on the "
+                "host until the window closes) are aggregated as "
+                "`aggregations` say (Aggregation members, names such as "
+                "'mean', or ints 1..6). When the window ends, the next add() "
+                "(or, with close_on_time=True, the window timer) logs a "
+                "'torch.monitor.Stat' event with '<name>.<aggregation>' keys "
+                "and the training step (set_step), and get() returns it.\n\n"
+                "Give exactly one window: window_size (seconds or a "
+                "datetime.timedelta) or window_steps (training steps; the "
+                "window ends when set_step crosses a multiple). max_samples "
+                "caps the samples of a window. sync_ranks=True (or a "
+                "torch.distributed process group) merges each window across "
+                "the ranks (docs/distributed.md)."
+              : "Like Stat, for int samples (ints, or integer and bool "
+                "tensors); every aggregate is an int, SUM and MEAN wrap "
+                "modulo 2**64.",
           {torch::arg("name"),
            torch::arg("aggregations"),
            torch::arg("window_size") = c10::IValue(),
@@ -99,12 +115,19 @@ void defineStatClass(torch::Library& m, const char* className) {
           "add",
           [](const c10::intrusive_ptr<Holder>& self, c10::IValue value) {
             self->addValue(value);
-          })
+          },
+          "Adds a sample: a number, or a tensor whose every element is one "
+          "sample (on any device; an accelerator tensor is not read until "
+          "the window closes)",
+          {torch::arg("value")})
       .def(
           "add_tensor",
           [](const c10::intrusive_ptr<Holder>& self, const at::Tensor& values) {
             self->stat().add(values);
-          })
+          },
+          "Adds every element of `values` as one sample (add() with a tensor, "
+          "typed for callers that need one signature per method)",
+          {torch::arg("values")})
       .def(
           "get",
           [](const c10::intrusive_ptr<Holder>& self) {

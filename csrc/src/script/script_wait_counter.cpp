@@ -114,7 +114,11 @@ void registerWaitCounterClasses(torch::Library& m) {
                 windowFromIValue(windowSize),
                 closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
           }),
-          "WaitCounter(key, window_size_seconds, close_on_time)",
+          "A named duration counter (torch.monitor's _WaitCounter). Each "
+          "unit of work timed by `with counter.guard():` is one sample, its "
+          "duration in microseconds, of a Stat named after the key, which "
+          "logs count, sum (total), max and mean per window (window_size: "
+          "seconds, or a datetime.timedelta in Python).",
           {torch::arg("key"),
            torch::arg("window_size") =
                double(WaitCounter::kDefaultWindow.count()) / 1000.0,
@@ -123,7 +127,9 @@ void registerWaitCounterClasses(torch::Library& m) {
           "guard",
           [](const c10::intrusive_ptr<Counter>& self) {
             return c10::make_intrusive<Tracker>(self);
-          })
+          },
+          "A context manager timing one unit of work: `with counter.guard(): "
+          "...` (a WaitCounterTracker)")
       .def(
           "key",
           [](const c10::intrusive_ptr<Counter>& self) {

@@ -37,35 +37,4 @@ class TORCH_MONITOR_API ScriptSinkHolder : public torch::CustomClassHolder {
   std::shared_ptr<sinks::Sink> sink_;
 };
 
-// New objects of the sink classes, made exactly as their TorchScript
-// constructors make them (same arguments, checks and defaults); the Python
-// sink classes wrap these.
-TORCH_MONITOR_API c10::IValue newTensorBoardWriter(
-    std::string logdir,
-    double flushIntervalSeconds,
-    int64_t maxBufferBytes,
-    std::vector<std::string> eventNames,
-    std::string stepKey,
-    const std::string& ranks);
-TORCH_MONITOR_API c10::IValue newJsonLinesWriter(
-    std::string path,
-    double flushIntervalSeconds,
-    int64_t maxBufferBytes,
-    std::vector<std::string> eventNames,
-    bool append,
-    const std::string& ranks);
-TORCH_MONITOR_API c10::IValue newConsoleHandler(
-    const std::string& stream,
-    std::vector<std::string> eventNames);
-TORCH_MONITOR_API c10::IValue newMemoryHandler(
-    int64_t capacity,
-    std::vector<std::string> eventNames);
-TORCH_MONITOR_API c10::IValue newPrometheusExporter(
-    int64_t port,
-    std::string host,
-    const std::map<std::string, std::string>& labels);
-TORCH_MONITOR_API c10::IValue newPrometheusTextFile(
-    std::string path,
-    const std::map<std::string, std::string>& labels);
-
 } // namespace torch_monitor::script

@@ -1,0 +1,253 @@
+#include "face.h"
+
+#include "py_common.h"
+#include "pybind_internals.h"
+
+#include <string>
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/custom_class.h>
+
+namespace torch_monitor::python {
+namespace {
+
+// Collects the c10 warnings raised on this thread while a face's C++ code
+// runs (with the GIL released), then issues them as Python RuntimeWarnings,
+// so an unwritable log directory found by a constructor or flush() is seen,
+// and filtered, like any Python warning. (Warnings of background threads go
+// through torch_monitor/background_warnings.h instead.)
+class WarningsToPython : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override {
+    messages_.push_back(warning.msg());
+  }
+
+  // Runs fn() without the GIL, then warns; raises if a warning filter turns
+  // a warning into an error.
+  template <typename Fn>
+  static void run(Fn&& fn) {
+    WarningsToPython handler;
+    {
+      c10::WarningUtils::WarningHandlerGuard guard(&handler);
+      py::gil_scoped_release noGil;
+      fn();
+    }
+    for (const std::string& message : handler.messages_) {
+      if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) != 0) {
+        throw py::error_already_set();
+      }
+    }
+  }
+
+ private:
+  std::vector<std::string> messages_;
+};
+
+c10::ClassTypePtr scriptClass(const std::string& name) {
+  return torch::getCustomClass("__torch__.torch.classes.torch_monitor." + name);
+}
+
+// Runs `method` of `self` with Python arguments matched to its schema (names,
+// defaults, keyword-only) exactly as TorchScript callers would pass them;
+// returns the result as a Python object.
+py::object runMethod(
+    torch::jit::Function& method,
+    const c10::IValue& self,
+    const py::tuple& args,
+    const py::dict& kwargs) {
+  torch::jit::Stack stack;
+  try {
+    stack = torch::jit::createStackForSchema(
+        method.getSchema(),
+        torch::jit::tuple_slice(args),
+        py::reinterpret_borrow<py::kwargs>(kwargs),
+        self);
+  } catch (const torch::jit::schema_match_error& e) {
+    throw py::type_error(e.what());
+  }
+  WarningsToPython::run([&] { method.run(stack); });
+  return torch::jit::toPyObject(std::move(stack.back()));
+}
+
+// A new object of torch.classes.torch_monitor.<name>, made by `initMethod`
+// ("__init__" with the constructor's arguments, "__setstate__" with a
+// pickled state).
+torch::jit::Object newObject(
+    const std::string& name,
+    const char* initMethod,
+    const py::tuple& args,
+    const py::dict& kwargs) {
+  const c10::ClassTypePtr type = scriptClass(name);
+  TORCH_CHECK(type != nullptr, "torch_monitor has no class ", name);
+  torch::jit::Object object(c10::ivalue::Object::create(type, 1));
+  torch::jit::Function* init = type->findMethod(initMethod);
+  TORCH_CHECK(init != nullptr, name, " has no ", initMethod, " method");
+  runMethod(*init, object._ivalue(), args, kwargs);
+  return object;
+}
+
+// The custom-class object a face (or a plain torch.ScriptObject) wraps;
+// nullptr for any other value.
+const c10::ivalue::Object* wrappedObject(py::handle obj) {
+  if (!py::isinstance<torch::jit::Object>(obj)) {
+    return nullptr;
+  }
+  return obj.cast<const torch::jit::Object&>()._ivalue().get();
+}
+
+} // namespace
+
+Face::Face(torch::jit::Object object) : torch::jit::Object(std::move(object)) {
+  const auto& slots = _ivalue()->slots();
+  TORCH_INTERNAL_ASSERT(
+      slots.size() == 1 && slots[0].isCapsule(), "not a custom-class object");
+  holder_ = slots[0].toCapsule().get();
+}
+
+Face* faceOf(PyObject* obj) {
+  void* face = cppObjectOf(obj);
+  if (face == nullptr) {
+    PyErr_Format(
+        PyExc_TypeError,
+        "this %s object was never initialised (made with __new__ alone); "
+        "create it by calling the class",
+        Py_TYPE(obj)->tp_name);
+  }
+  return static_cast<Face*>(face);
+}
+
+void addRawMethod(py::handle cls, PyMethodDef* def) {
+  PyObject* descriptor =
+      PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def);
+  if (descriptor == nullptr ||
+      PyObject_SetAttrString(cls.ptr(), def->ml_name, descriptor) != 0) {
+    Py_XDECREF(descriptor);
+    throw py::error_already_set();
+  }
+  Py_DECREF(descriptor);
+}
+
+void initFaces(py::module_& m) {
+  py::class_<Face, torch::jit::Object> face(
+      m,
+      "Face",
+      "Base of the Python faces of torch.classes.torch_monitor objects "
+      "(torch_monitor/_faces.py makes them from the TorchScript schemas)");
+  face.def(
+          py::init([](py::handle scriptObject) {
+            return Face(scriptObject.cast<torch::jit::Object>());
+          }),
+          py::arg("script_object"),
+          "Wraps a torch.classes.torch_monitor object")
+      .def(
+          "_call",
+          [](const Face& self,
+             const std::string& name,
+             const py::tuple& args,
+             const py::dict& kwargs) {
+            torch::jit::Function* method = self.type()->findMethod(name);
+            TORCH_CHECK(
+                method != nullptr, self.type()->name()->name(), " has no method ", name);
+            return runMethod(*method, self._ivalue(), args, kwargs);
+          },
+          py::arg("name"),
+          py::arg("args"),
+          py::arg("kwargs"),
+          "Calls the TorchScript method `name` (warnings become Python "
+          "RuntimeWarnings; the GIL is released while it runs)")
+      // A face is the object it wraps: equal, and hashed, by that object (a
+      // face and the torch.ScriptObject read back from a scripted module are
+      // equal; PyTorch 2 compares the objects it lifts into a graph).
+      .def(
+          "__eq__",
+          [](py::handle self, py::handle other) -> py::object {
+            const c10::ivalue::Object* theirs = wrappedObject(other);
+            if (theirs == nullptr) {
+              return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+            }
+            return py::bool_(wrappedObject(self) == theirs);
+          })
+      .def(
+          "__ne__",
+          [](py::handle self, py::handle other) -> py::object {
+            const c10::ivalue::Object* theirs = wrappedObject(other);
+            if (theirs == nullptr) {
+              return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+            }
+            return py::bool_(wrappedObject(self) != theirs);
+          })
+      .def(
+          "__hash__",
+          [](py::handle self) {
+            return std::hash<const void*>{}(wrappedObject(self));
+          })
+      // Shadows torch.ScriptObject's, whose pybind11 pickle support would
+      // construct the object again and terminate the process; faces pickle
+      // through __reduce_ex__ (torch_monitor/_faces.py), so on a live object
+      // this does nothing.
+      .def("__setstate__", [](const Face&, py::handle) {});
+  m.def(
+      "_new_script_object",
+      [](const std::string& name, const py::tuple& args, const py::dict& kwargs) {
+        return newObject(name, "__init__", args, kwargs);
+      },
+      py::arg("name"),
+      py::arg("args"),
+      py::arg("kwargs"),
+      "A new torch.classes.torch_monitor.<name>(*args, **kwargs) (warnings "
+      "become Python RuntimeWarnings)");
+  m.def(
+      "_restore_script_object",
+      [](const std::string& name, const py::handle& state) {
+        return newObject(name, "__setstate__", py::make_tuple(state), py::dict());
+      },
+      py::arg("name"),
+      py::arg("state"),
+      "A torch.classes.torch_monitor.<name> rebuilt from its pickled state");
+  m.def(
+      "_script_methods",
+      [](const std::string& name) {
+        const c10::ClassTypePtr type = scriptClass(name);
+        TORCH_CHECK(type != nullptr, "torch_monitor has no class ", name);
+        py::list out;
+        for (torch::jit::Function* method : type->methods()) {
+          out.append(py::make_tuple(
+              method->getSchema(), std::string(method->doc_string())));
+        }
+        return out;
+      },
+      py::arg("name"),
+      "[(schema, doc)] of the methods of torch.classes.torch_monitor.<name>, "
+      "in registration order");
+  m.def(
+      "_harden_face_class",
+      [](py::handle cls) {
+        initialiseOnNew(cls);
+        refuseUninitialisedUse(cls);
+      },
+      py::arg("cls"),
+      "Makes cls.__new__(cls, ...) initialise the object as cls(...) does, "
+      "and gives the class plain attribute lookup (torch.ScriptObject's "
+      "__getattr__ hook would slow every lookup) that refuses an object "
+      "never initialised");
+  m.def(
+      "_wrap",
+      [](py::handle cls, py::handle scriptObject) {
+        py::object face = allocateUninitialised(cls);
+        py::type::of<Face>().attr("__init__")(face, scriptObject);
+        return face;
+      },
+      py::arg("cls"),
+      py::arg("script_object"),
+      "The face of class `cls` for an existing torch.ScriptObject of its "
+      "class (read back from a scripted module, or restored)");
+  m.def(
+      "_face_initialised",
+      [](py::handle obj) { return cppObjectOf(obj.ptr()) != nullptr; },
+      py::arg("face"),
+      "Whether the face wraps an object (its __init__ ran)");
+}
+
+} // namespace torch_monitor::python

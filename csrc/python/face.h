@@ -1,0 +1,48 @@
+#pragma once
+
+// The one Python face of every torch.classes.torch_monitor object.
+//
+// torch_monitor._C.Face is a torch.ScriptObject subclass (so torch.jit.script
+// takes a face as an attribute of its custom-class type, and scripted code
+// reaches the very C++ object Python uses). torch_monitor/_faces.py derives
+// each object's Python class from it and from the object's TorchScript
+// schema; this file holds only what has to be C++: making and wrapping the
+// custom-class object, the generic call of a TorchScript method (warnings as
+// Python RuntimeWarnings, the GIL released), identity, and the typed access
+// the hand-written hot paths use.
+
+#include <pybind11/pybind11.h>
+#include <torch/csrc/jit/api/object.h>
+
+namespace torch_monitor::python {
+
+namespace py = pybind11;
+
+// Thread safety: as the wrapped object; the Python object itself is used
+// with the GIL held.
+struct Face : torch::jit::Object {
+  explicit Face(torch::jit::Object object);
+  // The custom-class instance (the object's one slot), cached for the hot
+  // paths: holder<T>() is one pointer read.
+  template <typename T>
+  T* holder() const noexcept {
+    return static_cast<T*>(holder_);
+  }
+
+ private:
+  torch::CustomClassHolder* holder_;
+};
+
+// The Face of `obj` when obj is an initialised face of a class derived from
+// `type`, else nullptr with a Python TypeError set. For raw CPython methods
+// (hot paths), which pybind11's checks do not cover.
+Face* faceOf(PyObject* obj);
+
+// Sets `def` (a raw CPython method of a hot path, whose definition must
+// outlive the class) as the method def->ml_name of class `cls`: called on
+// an object of another class, CPython refuses it before it runs.
+void addRawMethod(py::handle cls, PyMethodDef* def);
+
+void initFaces(py::module_& m);
+
+} // namespace torch_monitor::python

@@ -1,0 +1,453 @@
+"""The one template that makes the Python face of every torch_monitor object.
+
+Signatures are written once, in C++: each object's class in the core and its
+TorchScript registration (``csrc/src/script``: method names, argument names,
+defaults and doc strings). A face is derived from that schema here, as real
+Python code with the same signature (so ``help()``, ``inspect.signature`` and
+editors show it), on ``_C.Face``, a ``torch.ScriptObject`` subclass wrapping
+the very object TorchScript, ``torch.compile`` and ``torch.export`` see. What
+Python spells differently (properties, keyword-only arguments, timedeltas,
+paths, process groups) is declared in ``_spellings.py``, the one table of
+such differences; hand-written C++ serves only the measured hot paths.
+
+Every argument is checked once, by its kind (``KINDS`` below: the schema's
+type, or the table's Python-only kind), before C++ sees it, with the same
+errors for every object: ``TypeError`` for a wrong type, ``ValueError`` for a
+value out of range, both naming the call and the argument.
+"""
+
+from __future__ import annotations
+
+import datetime
+import numbers
+import operator
+import os
+import re
+import typing
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+import torch
+
+from . import _C
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+# -- kinds of arguments ------------------------------------------------------
+
+
+class Kind(NamedTuple):
+    """How one kind of argument is checked and converted for C++."""
+
+    annotation: str  # its type, as signatures and stubs show it
+    convert: Callable[[Any, str], Any]  # (value, "Cls.method() argument 'x'")
+
+
+def _type_error(where: str, expected: str, value: Any) -> TypeError:
+    return TypeError(f"{where} must be {expected}, got {type(value).__name__} {value!r}")
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise _type_error(where, "an int", value)
+    value = operator.index(value)
+    if not _INT64[0] <= value <= _INT64[1]:
+        raise ValueError(f"{where} must be an int in [-2**63, 2**63-1], got {value}")
+    return value
+
+
+def _float(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _type_error(where, "a number", value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the float range
+        raise ValueError(f"{where} is too large for a float, got {value}") from None
+
+
+def _bool(value: Any, where: str) -> bool:
+    # bool("no") is True: a flag given as a string or a number would silently
+    # mean something else than the caller wrote.
+    if not isinstance(value, bool):
+        raise _type_error(where, "a bool (True or False)", value)
+    return value
+
+
+def _str(value: Any, where: str) -> str:
+    """Text for C++: a str, or bytes holding UTF-8; never a lone surrogate or
+    a NUL (C++ strings are UTF-8 bytes, and NUL would cut paths and names)."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{where} is not valid UTF-8: byte 0x{value[e.start]:02X} at index {e.start} "
+                f"({e.reason}); pass valid text"
+            ) from None
+    if not isinstance(value, str):
+        raise _type_error(where, "a str", value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{where} is not valid UTF-8: it holds the lone surrogate U+{ord(value[e.start]):04X} "
+            f"at index {e.start} (undecodable bytes kept by errors='surrogateescape'?); decode "
+            "the bytes with errors='replace' or pass valid text"
+        ) from None
+    if "\0" in value:
+        raise ValueError(
+            f"{where} contains a NUL character at index {value.index(chr(0))}; "
+            "names and text values must not contain NUL"
+        )
+    return value
+
+
+def _tensor(value: Any, where: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise _type_error(where, "a torch.Tensor", value)
+    return value
+
+
+def _any(value: Any, where: str) -> Any:
+    return value
+
+
+def _optional(kind: Kind) -> Kind:
+    def convert(value: Any, where: str) -> Any:
+        return None if value is None else kind.convert(value, where)
+
+    return Kind(f"Optional[{kind.annotation}]", convert)
+
+
+def _list(kind: Kind) -> Kind:
+    def convert(value: Any, where: str) -> List[Any]:
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise _type_error(where, f"a list of {kind.annotation}", value)
+        return [kind.convert(item, f"{where} item") for item in value]
+
+    return Kind(f"List[{kind.annotation}]", convert)
+
+
+def _dict(key: Kind, item: Kind) -> Kind:
+    def convert(value: Any, where: str) -> Dict[Any, Any]:
+        if not hasattr(value, "items"):
+            raise _type_error(where, f"a mapping of {key.annotation} to {item.annotation}", value)
+        return {key.convert(k, f"{where} key"): item.convert(v, f"{where}[{k!r}]") for k, v in value.items()}
+
+    return Kind(f"Dict[{key.annotation}, {item.annotation}]", convert)
+
+
+KINDS_OF_SCHEMA = {
+    "int": Kind("int", _int),
+    "float": Kind("float", _float),
+    "bool": Kind("bool", _bool),
+    "str": Kind("str", _str),
+    "Tensor": Kind("torch.Tensor", _tensor),
+    "Any": Kind("Any", _any),
+    "NoneType": Kind("None", _any),
+}
+
+
+def kind_of(schema_type: Any) -> Kind:
+    """The kind of a TorchScript type (``torch._C`` type object)."""
+    if isinstance(schema_type, torch.OptionalType):
+        return _optional(kind_of(schema_type.getElementType()))
+    if isinstance(schema_type, torch.ListType):
+        return _list(kind_of(schema_type.getElementType()))
+    if isinstance(schema_type, torch.DictType):
+        return _dict(kind_of(schema_type.getKeyType()), kind_of(schema_type.getValueType()))
+    if isinstance(schema_type, torch.TupleType):
+        return Kind("tuple", _any)
+    if isinstance(schema_type, torch.ClassType):  # another face: a forward reference
+        return Kind(repr(schema_type.name()), _any)
+    return KINDS_OF_SCHEMA[str(schema_type)]
+
+
+# Python-only kinds, named by the table (_spellings.py).
+
+
+def _seconds(value: Any, where: str) -> float:
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    return _float(value, where)
+
+
+def _path(value: Any, where: str) -> str:
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise _type_error(where, "a path (str or os.PathLike)", value)
+    return _str(os.fspath(value), where)
+
+
+def _names(value: Any, where: str) -> List[str]:
+    """None: every event (an empty list for C++); one str is one name."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [_str(value, where)]
+    return _list(KINDS_OF_SCHEMA["str"]).convert(value, where)
+
+
+def _labels(value: Any, where: str) -> Dict[str, str]:
+    return {} if value is None else _dict(KINDS_OF_SCHEMA["str"], KINDS_OF_SCHEMA["str"]).convert(value, where)
+
+
+KINDS: Dict[str, Kind] = {
+    "seconds": Kind("Union[float, datetime.timedelta]", _seconds),
+    "optional seconds": _optional(Kind("Union[float, datetime.timedelta]", _seconds)),
+    "path": Kind("Union[str, os.PathLike[str]]", _path),
+    "event names": Kind("Union[str, Iterable[str], None]", _names),
+    "labels": Kind("Optional[Mapping[str, str]]", _labels),
+}
+
+
+# -- the template --------------------------------------------------------------
+
+
+class Spelling(NamedTuple):
+    """What the Python face of one class says differently from its schema
+    (the entries of ``_spellings.FACES``)."""
+
+    #: {argument name: kind name in KINDS or a Kind}, for every method.
+    kinds: Dict[str, Any] = {}
+    #: Constructor arguments after this many are keyword-only in Python.
+    positional: Optional[int] = None
+    #: Python defaults that differ from the schema's: {argument: value}.
+    defaults: Dict[str, Any] = {}
+    #: Read-only properties: {property: TorchScript method read as is, or a
+    #: function of the face}. A method read under its own name is hidden.
+    properties: Dict[str, Any] = {}
+    #: Results converted for Python: {method: (convert, its annotation)}.
+    results: Dict[str, Tuple[Callable[[Any], Any], str]] = {}
+    #: Methods written in Python or C++ rather than derived: {name: function}.
+    methods: Dict[str, Any] = {}
+    #: Runs before the constructor (e.g. refreshing the process rank).
+    before_init: Optional[Callable[[], None]] = None
+    #: Runs after the constructor with (self, {argument: value as given}).
+    after_init: Optional[Callable[[Any, Dict[str, Any]], None]] = None
+    #: Installs hand-written (hot path) methods on the new class.
+    install: Optional[Callable[[type], None]] = None
+    #: Signatures of the methods not derived from a schema, for stubs:
+    #: {name: "(self, ...) -> T"}.
+    signatures: Dict[str, str] = {}
+    #: Overloads the stubs give a method instead of its one signature
+    #: (which arguments go together): {name: ["(self, ...) -> T", ...]}.
+    overloads: Dict[str, List[str]] = {}
+    #: "state": a copy or unpickled object is made anew from the TorchScript
+    #: state (its configuration); "share": a copy is the same object (it stands
+    #: for an output), pickling is refused; "refuse": neither.
+    copies: str = "state"
+    #: Why pickling is refused (copies "share" or "refuse").
+    no_pickle: str = ""
+    #: repr(): a method returning the text, or None for Name(configuration).
+    repr_method: Optional[str] = None
+
+
+# What the annotations of generated signatures name.
+_ANNOTATION_NAMES = {
+    **{name: getattr(typing, name) for name in ("Any", "Dict", "Iterable", "List", "Mapping", "Optional", "Sequence", "Union")},
+    "datetime": datetime,
+    "os": os,
+    "torch": torch,
+    "Aggregation": _C.Aggregation,
+    "Event": _C.Event,
+}
+
+
+def _signature_source(
+    cls_name: str,
+    method: str,
+    arguments: List[Any],
+    spelling: Spelling,
+    namespace: Dict[str, Any],
+    positional: Optional[int],
+) -> Tuple[str, str]:
+    """(parameter list, converted-argument tuple) source for one method."""
+    params, values = ["self"], []
+    where = f"{cls_name}()" if method == "__init__" else f"{cls_name}.{method}()"
+    keyword_only = False
+    for index, argument in enumerate(arguments):
+        name = argument.name
+        if name.startswith("_"):
+            raise AssertionError(
+                f"{cls_name}.{method}: argument {index} has no name; name every argument "
+                "of the TorchScript registration (torch::arg)"
+            )
+        kind = spelling.kinds.get(name)
+        kind = KINDS[kind] if isinstance(kind, str) else kind or kind_of(argument.type)
+        namespace[f"_kind_{name}"] = kind.convert
+        if positional is not None and index == positional and not keyword_only:
+            params.append("*")
+            keyword_only = True
+        param = f"{name}: {kind.annotation}"
+        if name in spelling.defaults and method == "__init__":
+            namespace[f"_default_{name}"] = spelling.defaults[name]
+            param += f" = _default_{name}"
+        elif argument.has_default_value():
+            namespace[f"_default_{name}"] = argument.default_value
+            param += f" = _default_{name}"
+        params.append(param)
+        values.append(f"_kind_{name}({name}, {where + ' argument ' + repr(name)!r})")
+    return ", ".join(params), "(" + "".join(v + ", " for v in values) + ")"
+
+
+def _method(cls_name: str, schema: Any, doc: str, spelling: Spelling) -> Callable[..., Any]:
+    returns = kind_of(schema.returns[0].type).annotation if schema.returns else "None"
+    convert, returns = spelling.results.get(schema.name, (lambda result: result, returns))
+    namespace: Dict[str, Any] = {"_result": convert, **_ANNOTATION_NAMES}
+    params, values = _signature_source(cls_name, schema.name, schema.arguments[1:], spelling, namespace, None)
+    source = (
+        f"def {schema.name}({params}) -> {returns}:\n"
+        f"    return _result(self._call({schema.name!r}, {values}, {{}}))\n"
+    )
+    exec(compile(source, f"<torch_monitor face {cls_name}.{schema.name}>", "exec", dont_inherit=True), namespace)
+    function = namespace[schema.name]
+    function.__doc__ = doc or None
+    function.__qualname__ = f"{cls_name}.{schema.name}"
+    function.__face_signature__ = f"({params}) -> {returns}"
+    return function
+
+
+def _constructor(cls_name: str, schema: Any, spelling: Spelling) -> Callable[..., None]:
+    namespace: Dict[str, Any] = {
+        "_new": _C._new_script_object,
+        "_initialised": _C._face_initialised,
+        "_init": _C.Face.__init__,
+        "_before": spelling.before_init or (lambda: None),
+        "_after": spelling.after_init or (lambda self, given: None),
+        "_locals": locals,
+        **_ANNOTATION_NAMES,
+    }
+    params, values = _signature_source(
+        cls_name, "__init__", schema.arguments[1:], spelling, namespace, spelling.positional
+    )
+    source = (
+        f"def __init__({params}) -> None:\n"
+        # cls(...) runs __init__ twice: in __new__ (see _harden_face_class),
+        # then as Python's protocol; the second call finds it done.
+        f"    if _initialised(self):\n"
+        f"        return\n"
+        f"    given = _locals()\n"
+        f"    _before()\n"
+        f"    _init(self, _new({cls_name!r}, {values}, {{}}))\n"
+        f"    _after(self, given)\n"
+    )
+    exec(compile(source, f"<torch_monitor face {cls_name}.__init__>", "exec", dont_inherit=True), namespace)
+    function = namespace["__init__"]
+    function.__qualname__ = f"{cls_name}.__init__"
+    function.__face_signature__ = f"({params}) -> None"
+    return function
+
+
+def _restore(cls: type, state: Any) -> Any:
+    """Pickle's factory: a new object of ``cls`` from its TorchScript state."""
+    return wrap(cls, _C._restore_script_object(cls._script_class, state))
+
+
+def wrap(cls: type, script_object: Any) -> Any:
+    """The face of class ``cls`` for an existing ``torch.classes`` object (one
+    read back from a scripted module, or restored)."""
+    expected = f"__torch__.torch.classes.torch_monitor.{cls._script_class}"
+    if script_object._type().qualified_name() != expected:
+        raise TypeError(f"{cls.__name__} cannot wrap a {script_object._type().qualified_name()}")
+    return _C._wrap(cls, script_object)
+
+
+def _copy_methods(cls_name: str, spelling: Spelling) -> Dict[str, Any]:
+    if spelling.copies == "state":
+
+        def reduce_ex(self: Any, protocol: Any) -> Any:
+            return _restore, (type(self), self._call("__getstate__", (), {}))
+
+        def copy(self: Any) -> Any:
+            return _restore(type(self), self._call("__getstate__", (), {}))
+
+        return {"__reduce_ex__": reduce_ex, "__copy__": copy, "__deepcopy__": lambda self, memo: copy(self)}
+
+    def refuse(self: Any, *args: Any) -> Any:
+        raise TypeError(f"a {cls_name} cannot be {'pickled' if args else 'copied'}: {spelling.no_pickle}")
+
+    if spelling.copies == "share":
+        return {"__reduce_ex__": refuse, "__copy__": lambda self: self, "__deepcopy__": lambda self, memo: self}
+    return {"__reduce_ex__": refuse, "__copy__": refuse, "__deepcopy__": lambda self, memo: refuse(self)}
+
+
+def _repr(cls_name: str, spelling: Spelling) -> Callable[[Any], str]:
+    if spelling.repr_method is not None:
+        method = spelling.repr_method
+        return lambda self: self._call(method, (), {})
+
+    def repr_(self: Any) -> str:
+        config = self._call("__obj_flatten__", (), {})
+        return f"{cls_name}(" + ", ".join(f"{k}={v!r}" for k, v in config) + ")"
+
+    return repr_
+
+
+class _FaceType(type(_C.Face)):  # type: ignore[misc]
+    """The faces' metaclass: ``dir()`` (hence ``help()`` and completion)
+    shows a face's own members, not ``torch.ScriptObject``'s operator methods
+    (``__abs__``, ``__iadd__``, ...), which no face implements."""
+
+    def __dir__(cls) -> List[str]:
+        names = set()
+        for klass in cls.__mro__:
+            if klass is _C.Face:
+                break
+            names.update(vars(klass))
+        return sorted(names | {"__eq__", "__hash__", "__ne__"})
+
+
+def make_face(cls_name: str, spelling: Spelling) -> type:
+    """The Python class of ``torch.classes.torch_monitor.<cls_name>``."""
+    namespace: Dict[str, Any] = {
+        "_script_class": cls_name,
+        "_spelling": spelling,
+        "__module__": "torch_monitor",
+        "__slots__": (),
+    }
+    for schema, doc in _C._script_methods(cls_name):
+        name = schema.name
+        if name == "__init__":
+            namespace["__init__"] = _constructor(cls_name, schema, spelling)
+            namespace["__doc__"] = doc
+        elif not name.startswith("__") and name not in spelling.methods:
+            namespace[name] = _method(cls_name, schema, doc, spelling)
+    for prop, getter in spelling.properties.items():
+        if isinstance(getter, str):
+            method = getter
+            getter = namespace.pop(method, None) if method == prop else namespace.get(method)
+            if getter is None:
+                raise AssertionError(f"{cls_name}.{prop}: no TorchScript method {method}")
+            returns = getter.__face_signature__.rpartition(" -> ")[2]
+        else:
+            getter, returns = getter
+        namespace[prop] = property(getter, doc=getter.__doc__)
+        namespace[prop].fget.__face_property__ = returns
+    namespace.update(_copy_methods(cls_name, spelling))
+    namespace.update({"__repr__": _repr(cls_name, spelling), "__str__": _repr(cls_name, spelling)})
+    namespace.update(spelling.methods)
+    cls = _FaceType(cls_name, (_C.Face,), namespace)
+    _C._harden_face_class(cls)
+    if spelling.install is not None:
+        spelling.install(cls)
+    return cls
+
+
+def stub(cls: type) -> str:
+    """The type stub of face class ``cls`` (scripts/gen_stubs.py writes them
+    all to ``_spellings.pyi``): the same signatures its methods were made
+    with."""
+    spelling = cls._spelling
+    lines = [f"class {cls.__name__}(Face):"]
+    for name, value in sorted(vars(cls).items()):
+        if isinstance(value, property):
+            lines += ["    @property", f"    def {name}(self) -> {value.fget.__face_property__}: ..."]
+        elif name in spelling.overloads:
+            for signature in spelling.overloads[name]:
+                lines += ["    @overload", f"    def {name}{signature}: ..."]
+        elif name in spelling.signatures:
+            lines.append(f"    def {name}{spelling.signatures[name]}: ...")
+        elif hasattr(value, "__face_signature__"):
+            signature = re.sub(r"= _default_\w+", "= ...", value.__face_signature__)
+            lines.append(f"    def {name}{signature}: ...")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,269 @@
+"""Everything the Python faces say differently from the C++ schemas: one table.
+
+``_faces.make_face`` derives each class from its TorchScript registration
+(``csrc/src/script``); the entries below are the only places where Python
+differs, each with its reason:
+
+* argument kinds Python takes beyond TorchScript's types (a ``timedelta`` for
+  seconds, a path-like for a path, one ``str`` for a list of event names, a
+  ``ProcessGroup`` for ``sync_ranks``);
+* constructor arguments that are keyword-only in Python (TorchScript has no
+  keyword-only arguments);
+* argument-less getters read as properties, as ``torch.monitor`` and
+  ``SummaryWriter`` users expect (TorchScript custom classes have methods);
+* results converted to Python types (``timedelta``, ``Aggregation``,
+  ``Event``);
+* the context-manager protocol and copy/pickle policy.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Dict
+
+import torch
+
+from . import _C, _faces
+from ._faces import Kind, Spelling
+from ._ranks import sync_process_rank
+
+
+def _ms_to_timedelta(ms: int) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=ms)
+
+
+def _aggregations(value: Any, where: str) -> Any:
+    """Aggregation members, names or ints, as TorchScript takes them."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(
+            f"{where} must be a sequence such as [Aggregation.MEAN, Aggregation.MAX], "
+            f"got {type(value).__name__}"
+        )
+    names = {int(member): name.lower() for name, member in _C.Aggregation.__members__.items()}
+    out = []
+    for item in value:
+        if isinstance(item, _C.Aggregation) and int(item) in names:
+            out.append(names[int(item)])
+        elif isinstance(item, _C.Aggregation):
+            return [int(item)]  # C++ says why, naming the choices
+        elif isinstance(item, str):
+            out.append(_faces.KINDS_OF_SCHEMA["str"].convert(item, f"{where} item"))
+        elif isinstance(item, int) and not isinstance(item, bool):
+            if item not in names:
+                return [item]  # C++ says why, naming the choices
+            out.append(names[item])
+        else:
+            raise TypeError(
+                f"{where}: an aggregation is a torch_monitor.Aggregation member, a name "
+                f"such as 'mean' or an int 1..6, got {type(item).__name__}"
+            )
+    return out
+
+
+def _rank_group(value: Any, where: str) -> bool:
+    """True merges over the default group (set now); a ProcessGroup is
+    attached after construction (TorchScript only knows True)."""
+    if value is None or value is False:
+        return False
+    from . import _rank_sync
+
+    if value is True:
+        _rank_sync.resolve(True)
+        return True
+    _rank_sync.resolve(value)  # checks the group (attached after construction)
+    return False
+
+
+def _sync_given_group(stat: Any, given: Dict[str, Any]) -> None:
+    group = given["sync_ranks"]
+    if group is not None and not isinstance(group, bool):
+        from . import _rank_sync
+
+        _C._sync_stat_ranks(stat, *_rank_sync.resolve(group))
+
+
+def _aggregation_dict(values: Dict[str, Any]) -> Dict[Any, Any]:
+    return {_C.Aggregation.__members__[name.upper()]: value for name, value in values.items()}
+
+
+_STAT = Spelling(
+    kinds={
+        "aggregations": Kind("Sequence[Union[Aggregation, str, int]]", _aggregations),
+        "window_size": "optional seconds",
+        "sync_ranks": Kind("Union[bool, torch.distributed.ProcessGroup]", _rank_group),
+    },
+    positional=4,  # torch.monitor.Stat(name, aggregations, window_size, max_samples)
+    # TorchScript has no duration type: its window_size_ms() and
+    # window_steps() (0: not that kind of window) read here as a timedelta
+    # and an int, None for the other kind of window.
+    properties={
+        "count": "count",
+        "name": "name",
+        "window_size": (
+            lambda self: (
+                None if self._call("window_steps", (), {}) else _ms_to_timedelta(self._call("window_size_ms", (), {}))
+            ),
+            "Optional[datetime.timedelta]",
+        ),
+        "window_steps": (lambda self: self._call("window_steps", (), {}) or None, "Optional[int]"),
+        "max_samples": "max_samples",
+        "close_on_time": "close_on_time",
+        "sync_ranks": "sync_ranks",
+        "aggregations": (
+            lambda self: [_C.Aggregation.__members__[n.upper()] for n in self._call("aggregations", (), {})],
+            "List[Aggregation]",
+        ),
+    },
+    results={"get": (_aggregation_dict, "Dict[Aggregation, float]")},
+    after_init=_sync_given_group,
+    install=_C._install_stat_add,
+    signatures={"add": "(self, value: Union[float, torch.Tensor]) -> None"},
+    overloads={"__init__": [
+        "(self, name: str, aggregations: Sequence[Union[Aggregation, str, int]], "
+        "window_size: Union[float, datetime.timedelta], max_samples: int = ..., *, "
+        "close_on_time: bool = ..., sync_ranks: Union[bool, torch.distributed.ProcessGroup] = ...) -> None",
+        "(self, name: str, aggregations: Sequence[Union[Aggregation, str, int]], *, "
+        "window_steps: int, max_samples: int = ..., "
+        "sync_ranks: Union[bool, torch.distributed.ProcessGroup] = ...) -> None",
+    ]},
+)
+
+
+def _enter_tracker(self: Any) -> Any:
+    self._call("__enter__", (), {})
+    return self
+
+
+def _exit_tracker(self: Any, *exc_info: Any) -> None:
+    self._call("__exit__", (None, None, None), {})
+
+
+_WAIT_COUNTER = Spelling(
+    kinds={"window_size": "seconds"},
+    positional=2,
+    properties={
+        "key": "key",
+        "window_size": (lambda self: _ms_to_timedelta(self._call("window_size_ms", (), {})), "datetime.timedelta"),
+        "close_on_time": "close_on_time",
+    },
+    results={
+        "guard": (lambda tracker: _faces.wrap(WaitCounterTracker, tracker), "'WaitCounterTracker'"),
+        "get": (_aggregation_dict, "Dict[Aggregation, float]"),
+    },
+)
+
+_WAIT_COUNTER_TRACKER = Spelling(
+    methods={"__enter__": _enter_tracker, "__exit__": _exit_tracker},
+    signatures={"__enter__": "(self) -> WaitCounterTracker", "__exit__": "(self, *exc_info: Any) -> None"},
+    copies="refuse",
+    no_pickle="it is a unit of work being timed; pickle its WaitCounter and call guard() on the copy",
+)
+
+
+def _enter_sink(self: Any) -> Any:
+    self.register()
+    return self
+
+
+def _exit_sink(self: Any, *exc_info: Any) -> bool:
+    self.close()
+    return False
+
+
+def _sink(**entries: Any) -> Spelling:
+    """A sink's spelling: the properties and protocol every sink shares."""
+    properties = {
+        "registered": "registered",
+        "closed": "closed",
+        "dropped": "dropped",
+        "problems": "problems",
+    }
+    properties.update(entries.pop("properties", {}))
+    kinds = {
+        "log_dir": "path",
+        "path": "path",
+        "flush_interval": "seconds",
+        "event_names": "event names",
+        "labels": "labels",
+    }
+    methods = {"__enter__": _enter_sink, "__exit__": _exit_sink}
+    methods.update(entries.pop("methods", {}))
+    signatures = {"__enter__": "(self: _Sink) -> _Sink", "__exit__": "(self, *exc_info: Any) -> bool"}
+    signatures.update(entries.pop("signatures", {}))
+    return Spelling(
+        kinds=kinds,
+        properties=properties,
+        methods=methods,
+        copies="share",
+        no_pickle=(
+            "it stands for an output of this process; make a new one with the same "
+            "arguments (TorchScript and torch.export archives save its configuration)"
+        ),
+        repr_method="description",
+        signatures=signatures,
+        **entries,
+    )
+
+
+def _memory_events(events: Any) -> Any:
+    return [_C._event_from_script(e) for e in events]
+
+
+FACES: Dict[str, Spelling] = {
+    "Stat": _STAT,
+    "IntStat": _STAT._replace(
+        results={"get": (_aggregation_dict, "Dict[Aggregation, int]")},
+        signatures={"add": "(self, value: Union[int, torch.Tensor]) -> None"},
+    ),
+    "WaitCounter": _WAIT_COUNTER,
+    "WaitCounterTracker": _WAIT_COUNTER_TRACKER,
+    "TensorBoardWriter": _sink(
+        positional=1,
+        before_init=sync_process_rank,  # the folder is chosen now
+        properties={
+            "log_dir": "log_dir",
+            "file_path": "file_path",
+            "run_dir": "run_dir",
+            "ranks": "ranks",
+            "flush_interval": "flush_interval",
+            "event_names": "event_names",
+        },
+    ),
+    "JsonLinesWriter": _sink(
+        positional=1,
+        before_init=sync_process_rank,  # the file is chosen now
+        properties={"path": "path", "file_path": "file_path", "ranks": "ranks"},
+    ),
+    "ConsoleHandler": _sink(positional=1, properties={"stream": "stream"}),
+    "MemoryHandler": _sink(
+        positional=1,
+        properties={"capacity": "capacity"},
+        results={"events": (_memory_events, "List[Event]")},
+        methods={"__len__": lambda self: self._call("size", (), {})},
+        signatures={"__len__": "(self) -> int"},
+    ),
+    "PrometheusExporter": _sink(
+        before_init=sync_process_rank,  # the rank label is chosen now
+        properties={
+            "port": "port",
+            "host": "host",
+            "labels": "labels",
+            "serving": "serving",
+        },
+    ),
+    "PrometheusTextFile": _sink(
+        before_init=sync_process_rank,
+        properties={"path": "path", "labels": "labels"},
+    ),
+}
+
+Stat = _faces.make_face("Stat", FACES["Stat"])
+IntStat = _faces.make_face("IntStat", FACES["IntStat"])
+WaitCounterTracker = _faces.make_face("WaitCounterTracker", FACES["WaitCounterTracker"])
+WaitCounter = _faces.make_face("WaitCounter", FACES["WaitCounter"])
+TensorBoardWriter = _faces.make_face("TensorBoardWriter", FACES["TensorBoardWriter"])
+JsonLinesWriter = _faces.make_face("JsonLinesWriter", FACES["JsonLinesWriter"])
+ConsoleHandler = _faces.make_face("ConsoleHandler", FACES["ConsoleHandler"])
+MemoryHandler = _faces.make_face("MemoryHandler", FACES["MemoryHandler"])
+PrometheusExporter = _faces.make_face("PrometheusExporter", FACES["PrometheusExporter"])
+PrometheusTextFile = _faces.make_face("PrometheusTextFile", FACES["PrometheusTextFile"])
