@@ -52,7 +52,7 @@ from ._C import (  # noqa: E402
     register_event_handler,
     unregister_event_handler,
 )
-from ._spellings import (  # noqa: E402  (the faces of the C++ objects)
+from ._spellings import (  # noqa: E402  (the faces of the C++ objects and ops)
     ConsoleHandler,
     IntStat,
     JsonLinesWriter,
@@ -63,10 +63,11 @@ from ._spellings import (  # noqa: E402  (the faces of the C++ objects)
     TensorBoardWriter,
     WaitCounter,
     WaitCounterTracker,
+    get_step,
+    set_step,
 )
 from . import _fake, _spellings  # noqa: E402,F401  (fake classes for torch.compile/export)
 from . import _events  # noqa: E402,F401  (log_event(name, data), traceable)
-from ._steps import get_step, set_step  # noqa: E402  (the training step)
 from ._ranks import process_rank, set_process_rank  # noqa: E402  (rank-aware sinks)
 from ._rank_sync import (  # noqa: E402
     flush_rank_sync,

@@ -263,7 +263,7 @@ def _signature_source(
 ) -> Tuple[str, str]:
     """(parameter list, converted-argument tuple) source for one method."""
     params, values = ["self"], []
-    where = f"{cls_name}()" if method == "__init__" else f"{cls_name}.{method}()"
+    where = f"{cls_name}()" if method in ("__init__", "") else f"{cls_name}.{method}()"
     keyword_only = False
     for index, argument in enumerate(arguments):
         name = argument.name
@@ -451,3 +451,26 @@ def stub(cls: type) -> str:
             signature = re.sub(r"= _default_\w+", "= ...", value.__face_signature__)
             lines.append(f"    def {name}{signature}: ...")
     return "\n".join(lines) + "\n"
+
+
+def make_op_face(op_name: str, spelling: Spelling, doc: str) -> Callable[..., Any]:
+    """The Python function of the op ``torch.ops.torch_monitor.<op_name>``:
+    its schema's signature, every argument checked by its kind, then the op
+    (so torch.compile and torch.export trace the same call)."""
+    schema = getattr(torch.ops.torch_monitor, op_name).default._schema
+    returns = kind_of(schema.returns[0].type).annotation if schema.returns else "None"
+    convert, returns = spelling.results.get(op_name, (lambda result: result, returns))
+    namespace: Dict[str, Any] = {
+        "_op": getattr(torch.ops.torch_monitor, op_name).default,
+        "_result": convert,
+        **_ANNOTATION_NAMES,
+    }
+    params, values = _signature_source(op_name, "", schema.arguments, spelling, namespace, None)
+    params = params.partition(", ")[2] if params != "self" else ""
+    source = f"def {op_name}({params}) -> {returns}:\n    return _result(_op(*{values}))\n"
+    exec(compile(source, f"<torch_monitor op {op_name}>", "exec", dont_inherit=True), namespace)
+    function = namespace[op_name]
+    function.__doc__ = doc
+    function.__module__ = "torch_monitor"
+    function.__face_signature__ = f"({params}) -> {returns}"
+    return function

@@ -147,7 +147,7 @@ def _get_step_fake(*args, **kwargs):
 _UNTRACEABLE_OPS = {"torch_monitor::get_step": _get_step_fake}
 
 # The other ops (log_event(Event), log_event_values, the op of
-# log_event(name, data), see _events; set_step, see _steps) return nothing:
+# log_event(name, data), see _events; set_step, see _spellings) return nothing:
 # their fakes do nothing, and each runs as an ordered side effect, so
 # compiled and exported graphs keep it, in order. Derived from the schemas
 # like the classes' fakes; the C++ definition names this module

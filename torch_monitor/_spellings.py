@@ -267,3 +267,24 @@ ConsoleHandler = _faces.make_face("ConsoleHandler", FACES["ConsoleHandler"])
 MemoryHandler = _faces.make_face("MemoryHandler", FACES["MemoryHandler"])
 PrometheusExporter = _faces.make_face("PrometheusExporter", FACES["PrometheusExporter"])
 PrometheusTextFile = _faces.make_face("PrometheusTextFile", FACES["PrometheusTextFile"])
+
+
+# -- ops: one Python function each, made from the op's schema -----------------
+
+set_step = _faces.make_op_face(
+    "set_step",
+    Spelling(),
+    """Sets the process-wide training step: an int in [0, 2**63-1], normally
+    the optimizer step. Stat events then carry the step current when their
+    window closes, and sinks write their points at it (TensorBoard's x-axis).
+    ``set_step(None)`` forgets it, as before the first call (for tests).
+    Traceable by torch.compile and torch.export (the op runs with the graph,
+    in order). Costs a few microseconds, once per training step.""",
+)
+get_step = _faces.make_op_face(
+    "get_step",
+    Spelling(),
+    """The training step last set with ``set_step`` (in any world: Python,
+    TorchScript, C++), or None. Not traceable: inside compiled or exported
+    code the step is known only when the graph runs, so read it outside.""",
+)

@@ -12,13 +12,13 @@ void checkStep(int64_t step, std::string_view what) {
   TORCH_CHECK_VALUE(
       step >= 0,
       what,
-      " must be at least 0, got ",
+      " must be in [0, 2**63-1], got ",
       step,
       "; pass the optimizer step counter, which starts at 0");
 }
 
 void setStep(int64_t step) {
-  checkStep(step, "the training step");
+  checkStep(step, "set_step(): the training step");
   detail::trainingStep.store(step, std::memory_order_relaxed);
 }
 
