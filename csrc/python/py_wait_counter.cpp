@@ -6,7 +6,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/jit/api/object.h>
 
-#include <torch_monitor/script/script_wait_counter.h>
+#include <torch_monitor/script/wait_counter.h>
 
 namespace torch_monitor::python {
 namespace {
