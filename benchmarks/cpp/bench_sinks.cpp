@@ -25,9 +25,9 @@
 
 #include <benchmark/benchmark.h>
 
-#include <torch_monitor/sinks/crc32c.h>
+#include <torch_monitor/sinks/format/crc32c.h>
+#include <torch_monitor/sinks/format/tensorboard.h>
 #include <torch_monitor/sinks/sinks.h>
-#include <torch_monitor/sinks/tensorboard_format.h>
 
 namespace {
 

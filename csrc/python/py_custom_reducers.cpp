@@ -22,7 +22,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <torch_monitor/reducers/reducer.h>
-#include <torch_monitor/script/script_reducer.h>
+#include <torch_monitor/script/reducer.h>
 
 namespace torch_monitor::python {
 namespace {

@@ -16,7 +16,7 @@
 #include <torch_monitor/clock.h>
 #include <torch_monitor/stat.h>
 #include <torch_monitor/step.h>
-#include <torch_monitor/script/script_event.h>
+#include <torch_monitor/script/event.h>
 
 namespace torch_monitor::python {
 namespace {

@@ -21,7 +21,7 @@
 #include <torch/csrc/jit/api/object.h>
 
 #include <torch_monitor/nn/attribute_path.h>
-#include <torch_monitor/script/script_difference_monitor.h>
+#include <torch_monitor/script/difference_monitor.h>
 
 namespace torch_monitor::python {
 namespace {

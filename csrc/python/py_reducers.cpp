@@ -14,7 +14,7 @@
 #include <torch_monitor/reducers/criterion.h>
 #include <torch_monitor/reducers/fold_reducer.h>
 #include <torch_monitor/reducers/kinds.h>
-#include <torch_monitor/script/script_reducer.h>
+#include <torch_monitor/script/reducer.h>
 
 namespace torch_monitor::python {
 namespace {

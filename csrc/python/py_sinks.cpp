@@ -19,7 +19,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/event_handler.h>
-#include <torch_monitor/script/script_sinks.h>
+#include <torch_monitor/script/sinks.h>
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
 #include <torch_monitor/sinks/sinks.h>
 

@@ -10,7 +10,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <torch_monitor/detail/window_timer.h>
-#include <torch_monitor/script/script_stat.h>
+#include <torch_monitor/script/stat.h>
 
 namespace torch_monitor::python {
 namespace {

@@ -23,7 +23,7 @@
 
 #include <torch_monitor/monitors/difference_monitor.h>
 #include <torch_monitor/reducers/factory.h>
-#include <torch_monitor/script/script_difference_monitor.h>
+#include <torch_monitor/script/difference_monitor.h>
 
 #include "test_support.h"
 

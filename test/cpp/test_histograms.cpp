@@ -20,8 +20,8 @@
 
 #include <torch_monitor/monitors/difference_monitor.h>
 #include <torch_monitor/reducers/factory.h>
-#include <torch_monitor/sinks/histogram.h>
-#include <torch_monitor/sinks/tensorboard_format.h>
+#include <torch_monitor/sinks/format/histogram.h>
+#include <torch_monitor/sinks/format/tensorboard.h>
 #include <torch_monitor/sinks/tensorboard_writer.h>
 #include <torch_monitor/step.h>
 

@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <torch_monitor/reducers/factory.h>
+#include <torch_monitor/script/difference_monitor.h>
 #include <torch_monitor/script/monitors_of.h>
-#include <torch_monitor/script/script_difference_monitor.h>
 
 namespace torch_monitor::script {
 namespace {

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <torch_monitor/reducers/reducers.h>
-#include <torch_monitor/script/script_reducer.h>
+#include <torch_monitor/script/reducer.h>
 
 #include "test_support.h"
 

@@ -36,12 +36,12 @@
 
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/process_rank.h>
-#include <torch_monitor/sinks/crc32c.h>
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
+#include <torch_monitor/sinks/format/crc32c.h>
+#include <torch_monitor/sinks/format/tensorboard.h>
+#include <torch_monitor/sinks/format/text.h>
 #include <torch_monitor/sinks/rank_files.h>
 #include <torch_monitor/sinks/sinks.h>
-#include <torch_monitor/sinks/tensorboard_format.h>
-#include <torch_monitor/sinks/text_format.h>
 #include <torch_monitor/step.h>
 
 #include "test_support.h"

@@ -3,7 +3,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/api/object.h>
 
-#include <torch_monitor/script/script_difference_monitor.h>
+#include <torch_monitor/script/difference_monitor.h>
 
 namespace torch_monitor::script {
 namespace {

@@ -8,7 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/sinks/detail/write_without_sigpipe.h>
-#include <torch_monitor/sinks/text_format.h>
+#include <torch_monitor/sinks/format/text.h>
 
 namespace torch_monitor::sinks {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <torch_monitor/process_rank.h>
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
-#include <torch_monitor/sinks/text_format.h>
+#include <torch_monitor/sinks/format/text.h>
 
 namespace torch_monitor::sinks {
 namespace {

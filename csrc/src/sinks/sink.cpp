@@ -9,7 +9,7 @@
 
 #include <torch_monitor/background_warnings.h>
 
-#include <torch_monitor/sinks/text_format.h>
+#include <torch_monitor/sinks/format/text.h>
 
 namespace torch_monitor::sinks {
 

@@ -12,8 +12,8 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
-#include <torch_monitor/sinks/histogram.h>
-#include <torch_monitor/sinks/tensorboard_format.h>
+#include <torch_monitor/sinks/format/histogram.h>
+#include <torch_monitor/sinks/format/tensorboard.h>
 #include <torch_monitor/step.h>
 
 namespace torch_monitor::sinks {

@@ -3,7 +3,7 @@
 #include <torch/library.h>
 
 // The pieces of the one TORCH_LIBRARY(torch_monitor, m) block (in
-// script_library.cpp); classes must be defined before ops that take them.
+// registration.cpp); classes must be defined before ops that take them.
 namespace torch_monitor::script {
 void registerStatClasses(torch::Library& m);
 void registerWaitCounterClasses(torch::Library& m);

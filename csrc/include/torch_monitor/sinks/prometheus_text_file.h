@@ -6,7 +6,7 @@
 
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
-#include <torch_monitor/sinks/prometheus_format.h>
+#include <torch_monitor/sinks/format/prometheus.h>
 #include <torch_monitor/sinks/sink.h>
 
 namespace torch_monitor::sinks {

@@ -87,7 +87,7 @@ class TORCH_MONITOR_API TensorBoardWriter final : public Sink {
 
   // Writes the histogram of `values` (any shape, real or bool dtype, any
   // device) as SummaryWriter.add_histogram does with its default buckets
-  // (see computeHistogram in histogram.h, which also says what is thrown
+  // (see computeHistogram in format/histogram.h, which also says what is thrown
   // for bad values). The bucketing runs on the tensor's device on the
   // calling thread, with one copy of the result to the host; the record is
   // then buffered and written in the background like a scalar. An omitted

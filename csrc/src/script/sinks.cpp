@@ -1,4 +1,4 @@
-#include <torch_monitor/script/script_sinks.h>
+#include <torch_monitor/script/sinks.h>
 
 #include <limits>
 #include <map>
@@ -9,9 +9,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <torch_monitor/script/event.h>
 #include <torch_monitor/script/flatten.h>
 #include <torch_monitor/script/registration.h>
-#include <torch_monitor/script/script_event.h>
 #include <torch_monitor/sinks/sinks.h>
 
 namespace torch_monitor::script {

@@ -1,4 +1,4 @@
-#include <torch_monitor/script/script_stat.h>
+#include <torch_monitor/script/stat.h>
 
 #include <ATen/core/Tensor.h>
 

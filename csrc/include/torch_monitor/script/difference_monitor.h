@@ -7,7 +7,7 @@
 #include <torch/custom_class.h>
 
 #include <torch_monitor/monitors/difference_monitor.h>
-#include <torch_monitor/script/script_reducer.h>
+#include <torch_monitor/script/reducer.h>
 
 namespace torch_monitor::script {
 

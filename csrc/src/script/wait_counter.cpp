@@ -1,8 +1,8 @@
-#include <torch_monitor/script/script_wait_counter.h>
+#include <torch_monitor/script/wait_counter.h>
 
 #include <torch_monitor/script/flatten.h>
 #include <torch_monitor/script/registration.h>
-#include <torch_monitor/script/script_stat.h>
+#include <torch_monitor/script/stat.h>
 
 namespace torch_monitor::script {
 

@@ -1,4 +1,4 @@
-#include <torch_monitor/script/script_event.h>
+#include <torch_monitor/script/event.h>
 
 #include <ATen/core/Tensor.h>
 

@@ -1,4 +1,4 @@
-#include <torch_monitor/script/script_difference_monitor.h>
+#include <torch_monitor/script/difference_monitor.h>
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include <torch_monitor/sinks/histogram.h>
+#include <torch_monitor/sinks/format/histogram.h>
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include <torch_monitor/sinks/prometheus_format.h>
+#include <torch_monitor/sinks/format/prometheus.h>
 
 #include <algorithm>
 #include <charconv>
@@ -10,7 +10,7 @@
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/process_rank.h>
-#include <torch_monitor/sinks/text_format.h>
+#include <torch_monitor/sinks/format/text.h>
 
 namespace torch_monitor::sinks::prometheus {
 namespace {

@@ -1,4 +1,4 @@
-#include <torch_monitor/script/script_reducer.h>
+#include <torch_monitor/script/reducer.h>
 
 #include <limits>
 #include <map>

@@ -1,4 +1,4 @@
-#include <torch_monitor/sinks/crc32c.h>
+#include <torch_monitor/sinks/format/crc32c.h>
 
 #include <array>
 #include <cstring>

@@ -1,11 +1,11 @@
-#include <torch_monitor/sinks/tensorboard_format.h>
+#include <torch_monitor/sinks/format/tensorboard.h>
 
 #include <cstring>
 #include <type_traits>
 
-#include <torch_monitor/sinks/crc32c.h>
-#include <torch_monitor/sinks/histogram.h>
-#include <torch_monitor/sinks/text_format.h>
+#include <torch_monitor/sinks/format/crc32c.h>
+#include <torch_monitor/sinks/format/histogram.h>
+#include <torch_monitor/sinks/format/text.h>
 
 namespace torch_monitor::sinks::tensorboard {
 namespace {

@@ -1,4 +1,4 @@
-#include <torch_monitor/sinks/text_format.h>
+#include <torch_monitor/sinks/format/text.h>
 
 #include <algorithm>
 #include <charconv>
