@@ -17,7 +17,8 @@ import weakref
 from typing import Any, Callable, List, Optional, Tuple
 
 from torch import Tensor
-from torch.nn.modules import module as _module
+
+from . import _internals
 
 # Where the reducers' own definitions live: anything defined elsewhere is the
 # user's.
@@ -78,13 +79,7 @@ def install_fold(reducer: Any) -> None:
 def needs_python_call(reducer: Any) -> bool:
     """Whether monitors must call ``reducer`` as a module: its ``forward`` is
     overridden, or forward hooks (its own or global ones) would run."""
-    return (
-        overrides(type(reducer), "forward")
-        or bool(reducer._forward_pre_hooks)
-        or bool(reducer._forward_hooks)
-        or bool(_module._global_forward_pre_hooks)
-        or bool(_module._global_forward_hooks)
-    )
+    return overrides(type(reducer), "forward") or _internals.forward_hooks_would_run(reducer)
 
 
 def history_only(saved: Tuple, current: Tuple) -> Tuple:

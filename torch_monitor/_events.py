@@ -88,6 +88,6 @@ def _trace_log_event(dynamo) -> None:
     torch.compiler.substitute_in_graph(_C.log_event)(log_event)
 
 
-_internals.after_import("torch._dynamo", _internals._pt2_support(_trace_log_event))
+_internals.after_dynamo_import(_trace_log_event)
 # Eager calls of every form but log_event(Event) arrive here through the C function.
 _C._set_log_event_other_forms(log_event)

@@ -99,7 +99,7 @@ _internals.keep_real_objects_in_strict_export("torch_monitor")
 
 def _torchscript_method(name: str):
     def method(self, *args, **kwargs):
-        return torch.ScriptObject.__getattr__(self, name)(*args, **kwargs)
+        return _internals.script_method(self, name)(*args, **kwargs)
 
     method.__name__ = name
     return method

@@ -16,7 +16,7 @@ import linecache
 import sys
 import warnings
 import weakref
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -115,9 +115,6 @@ def run_torchbind_methods_on(face_types: tuple) -> None:
     if getattr(FakeScriptMethod, "_torch_monitor_faces", None) is not None:
         return
     FakeScriptMethod._torch_monitor_faces = face_types
-
-    def script_method(obj, name):
-        return torch.ScriptObject.__getattr__(obj, name)
 
     key = DispatchKey.CompositeExplicitAutograd
     original_kernel = call_torchbind.py_kernels[key]
@@ -346,3 +343,60 @@ def group_store(group) -> "torch.distributed.Store":
     from torch.distributed import distributed_c10d
 
     return distributed_c10d._world.pg_map[group][1]
+
+
+def script_method(obj: "torch.ScriptObject", name: str):
+    """The TorchScript method ``name`` of a face, bound. The faces look their
+    attributes up on their own class only (fast ``Stat.add``), so
+    ``torch.ScriptObject``'s own ``__getattr__``, which finds TorchScript
+    methods by name, is called directly."""
+    return torch.ScriptObject.__getattr__(obj, name)
+
+
+def forward_hooks_would_run(module: "torch.nn.Module") -> bool:
+    """Whether calling ``module`` would run forward hooks (its own, or the
+    global ones of ``torch.nn.modules.module``): nn.Module keeps them in
+    private dicts, and offers no public way to ask."""
+    from torch.nn.modules import module as nn_module
+
+    return bool(
+        module._forward_pre_hooks
+        or module._forward_hooks
+        or nn_module._global_forward_pre_hooks
+        or nn_module._global_forward_hooks
+    )
+
+
+def forward_hook_handles(module: "torch.nn.Module", names: Dict[str, str]) -> "Optional[Dict[str, object]]":
+    """Removable handles of the forward hooks of ``module`` whose functions
+    have the given ``__name__``s: {"pre": name, "post": name} -> handles by
+    side, or None unless each name matches exactly one hook. A deep copy of
+    a module carries its hooks but no handles; nn.Module keeps the hooks in
+    private dicts by id, and ``RemovableHandle`` has no public constructor
+    for an existing id."""
+    from torch.utils.hooks import RemovableHandle
+
+    handles = {}
+    for side, hooks in (("pre", module._forward_pre_hooks), ("post", module._forward_hooks)):
+        if side not in names:
+            continue
+        found = [i for i, fn in hooks.items() if getattr(fn, "__name__", None) == names[side]]
+        if len(found) != 1:
+            return None
+        handle = RemovableHandle(hooks)
+        handle.id = found[0]
+        handles[side] = handle
+    return handles
+
+
+def script_module_object(module: "torch.jit.ScriptModule"):
+    """The C++ ``torch::jit::Module`` (a ``torch._C.ScriptModule``) under a
+    Python ScriptModule: ``module._c``, what C++ functions taking a module
+    need."""
+    return module._c
+
+
+def after_dynamo_import(set_up: "Callable[[object], None]") -> None:
+    """``after_import`` for Dynamo (``torch._dynamo``), which torch.compile
+    and torch.export import on first use."""
+    after_import("torch._dynamo", _pt2_support(set_up))

@@ -6,7 +6,7 @@ from typing import Any, Dict
 import torch
 from torch import nn
 
-from . import _C
+from . import _C, _internals
 
 __all__ = ["monitors_of"]
 
@@ -24,7 +24,9 @@ def monitors_of(module: nn.Module) -> Dict[str, Any]:
     ``torch_monitor::script::monitorsOf(module)``.
     """
     if isinstance(module, torch.jit.ScriptModule):
-        return {path: monitor for path, _, monitor in _C._monitors_of(module._c)}
+        return {
+            path: monitor for path, _, monitor in _C._monitors_of(_internals.script_module_object(module))
+        }
     if not isinstance(module, nn.Module):
         raise TypeError(
             f"monitors_of takes a torch.nn.Module or a ScriptModule, got "

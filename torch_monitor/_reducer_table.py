@@ -38,6 +38,7 @@ _DOCS = {
 
 # Annotations of inferno's constructors where they are not float.
 _TYPES = {
+    "initial": str,  # inferno's "inf", "zero" or "nan"
     "amplitude": Union[int, float],
     "target": Union[int, float, bool],
     "tolerance": Optional[Union[int, float]],
@@ -67,6 +68,9 @@ def _param_property(spec: dict) -> property:
         value = math.nan if value is None and spec["unsettable"] else value
         self.script_reducer.set_param(name, float(value))
 
+    # Read back as the table stores it: a float (None when an optional
+    # parameter is unset).
+    get.__annotations__["return"] = Optional[float] if spec["unsettable"] else float
     return property(get, None if spec["fixed"] else set_, doc=doc)
 
 

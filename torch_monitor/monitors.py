@@ -26,7 +26,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
-from torch.utils.hooks import RemovableHandle
 
 from . import _C, _internals
 from ._checks import strict_bool
@@ -561,22 +560,16 @@ class _Monitor(nn.Module):
 
     def _adopt_hooks_of(self, module: nn.Module) -> bool:
         """Takes over the hooks that a deep copy of the module carries."""
-        handles = []
         pre, post = self._hook_sides()
-        for side, hooks, suffix in (
-            (pre, module._forward_pre_hooks, "_before"),
-            (post, module._forward_hooks, "_after"),
-        ):
-            if side is None:
-                continue
-            name = self._key + suffix
-            found = [i for i, fn in hooks.items() if getattr(fn, "__name__", None) == name]
-            if len(found) != 1:
-                return False
-            handle = RemovableHandle(hooks)
-            handle.id = found[0]
-            handles.append(handle)
-        self._own_hooks(module, tuple(handles))
+        names = {}
+        if pre is not None:
+            names["pre"] = self._key + "_before"
+        if post is not None:
+            names["post"] = self._key + "_after"
+        handles = _internals.forward_hook_handles(module, names)
+        if handles is None:
+            return False
+        self._own_hooks(module, tuple(handles[side] for side in ("pre", "post") if side in handles))
         return True
 
 

@@ -104,7 +104,8 @@ def _criterion_parts(criterion: Any) -> Tuple[str, float, Optional[Callable]]:
 
 def _forwarded(name: str, convert: Callable[[Any], Any], doc: str) -> property:
     """A property read by ``script_reducer.<name>()`` and written by
-    ``script_reducer.set_<name>(convert(value))``."""
+    ``script_reducer.set_<name>(convert(value))``; typed as what ``convert``
+    returns."""
 
     def get(self) -> Any:
         return getattr(self.script_reducer, name)()
@@ -112,6 +113,9 @@ def _forwarded(name: str, convert: Callable[[Any], Any], doc: str) -> property:
     def set_(self, value: Any) -> None:
         getattr(self.script_reducer, "set_" + name)(convert(value))
 
+    get.__annotations__["return"] = set_.__annotations__["value"] = (
+        bool if convert is not float else float
+    )
     return property(get, set_, doc=doc)
 
 

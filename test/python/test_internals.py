@@ -4,6 +4,8 @@ naming the function, when a torch or Python upgrade breaks it."""
 
 import inspect
 import linecache
+import pathlib
+import re
 from datetime import timedelta
 
 import pytest
@@ -127,3 +129,25 @@ def test_group_store_finds_the_store_of_default_and_new_groups():
         """,
         timeout=60,
     )
+
+
+# Names of torch's and nn.Module's private internals, and the bypass of
+# ScriptObject's attribute lookup: only _internals.py may use them.
+_PRIVATE = re.compile(
+    r"torch\._(?!C\.(?:Argument|FunctionSchema)\b)[A-Za-z_]"
+    r"|\._(?:forward_pre_hooks|forward_hooks|global_forward_\w+|parameters|buffers|modules|c)\b"
+    r"|ScriptObject\.__getattr__"
+)
+
+
+def test_private_internals_appear_only_in_internals_py():
+    package = pathlib.Path(tm.__file__).parent
+    stragglers = []
+    for path in sorted(package.glob("*.py")):
+        if path.name == "_internals.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if _PRIVATE.search(code) and not code.lstrip().startswith(("\"\"\"", "``")):
+                stragglers.append(f"{path.name}:{number}: {line.strip()}")
+    assert not stragglers, "private internals outside _internals.py:\n" + "\n".join(stragglers)
