@@ -211,6 +211,8 @@ def render_faces() -> str:
     for name, face in vars(_spellings).items():
         if isinstance(face, type) and "_script_class" in vars(face):
             parts.append("\n\n" + _faces.stub(face))
+        elif callable(face) and hasattr(face, "__face_signature__"):  # an op's function
+            parts.append(f"\n\ndef {name}{face.__face_signature__}: ...\n")
     return "".join(parts)
 
 

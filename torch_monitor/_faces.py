@@ -405,7 +405,8 @@ def make_face(cls_name: str, spelling: Spelling) -> type:
         "__module__": "torch_monitor",
         "__slots__": (),
     }
-    for schema, doc in _C._script_methods(cls_name):
+    methods = _C._script_methods(cls_name)
+    for schema, doc in methods:
         name = schema.name
         if name == "__init__":
             namespace["__init__"] = _constructor(cls_name, schema, spelling)
@@ -423,6 +424,9 @@ def make_face(cls_name: str, spelling: Spelling) -> type:
             getter, returns = getter
         namespace[prop] = property(getter, doc=getter.__doc__)
         namespace[prop].fget.__face_property__ = returns
+    if any(schema.name == "__getstate__" for schema, _ in methods):
+        # The TorchScript state (its version first), not torch.ScriptObject's.
+        namespace["__getstate__"] = lambda self: self._call("__getstate__", (), {})
     namespace.update(_copy_methods(cls_name, spelling))
     namespace.update({"__repr__": _repr(cls_name, spelling), "__str__": _repr(cls_name, spelling)})
     namespace.update(spelling.methods)

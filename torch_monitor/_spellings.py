@@ -40,6 +40,8 @@ def _aggregations(value: Any, where: str) -> Any:
             f"got {type(value).__name__}"
         )
     names = {int(member): name.lower() for name, member in _C.Aggregation.__members__.items()}
+    if not value:
+        raise ValueError(f"{where} is empty: give at least one aggregation (e.g. [Aggregation.MEAN])")
     out = []
     for item in value:
         if isinstance(item, _C.Aggregation) and int(item) in names:

@@ -474,6 +474,7 @@ class _Monitor(nn.Module):
                 "it on the nn.Module, then call torch.jit.script (the scripted "
                 "module keeps the hooks)"
             )
+        self._check_module(module)
         existing = module.__dict__.get(self._key)
         if existing is self._core and self._adopt_hooks_of(module):
             return  # a deep copy of the module already carries our hooks
@@ -493,6 +494,10 @@ class _Monitor(nn.Module):
             module.__dict__.pop(self._key, None)
             raise
         self._own_hooks(module, tuple(handles))
+
+    def _check_module(self, module: nn.Module) -> None:
+        """Raises now what the first forward would find wrong with
+        ``module`` (nothing by default)."""
 
     def _hooks_for(self, module: nn.Module):
         """(pre-hook, hook, pre-hook kwargs, hook kwargs) to register on
@@ -671,6 +676,11 @@ class DifferenceMonitor(_Monitor):
     @classmethod
     def _new_key(cls) -> str:
         return f"_torch_monitor_difference_{next(_ids)}"
+
+    def _check_module(self, module: nn.Module) -> None:
+        # A wrong path is found when the monitor is registered, not at the
+        # first forward mid-training (inferno finds it there).
+        _C._check_monitor_path(self._core, module)
 
     def _hook_sides(self):
         value = _path_expression(self.attr)
@@ -1150,6 +1160,10 @@ class Monitor(_Monitor):
             self.reducer_, type(self).__name__, train_update, eval_update,
             None, None, None, keep_graph, "Monitor",
         )
+
+    def _check_module(self, module: nn.Module) -> None:
+        """Raises now what the first forward would find wrong with
+        ``module`` (nothing by default)."""
 
     def _hooks_for(self, module: nn.Module):
         ref = weakref.ref(self)

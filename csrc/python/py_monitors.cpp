@@ -837,6 +837,20 @@ void initMonitors(py::module_& m) {
   gTrainingKey = PyUnicode_InternFromString("training");
 
   m.def(
+      "_check_monitor_path",
+      [](py::handle core, py::handle module) {
+        PyDifferenceMonitor* self = unwrap(core.ptr());
+        PyObject* value = self == nullptr ? nullptr : resolvePath(module.ptr(), *self);
+        if (value == nullptr) {
+          throw py::error_already_set();
+        }
+        Py_DECREF(value);
+      },
+      py::arg("core"),
+      py::arg("module"),
+      "Raises the AttributeError a forward would (naming the path and the "
+      "missing part) when the monitor's path does not resolve on `module`");
+  m.def(
       "_difference_monitor_core_from_state",
       [](const py::tuple& state) {
         if (state.size() != 7 || !py::isinstance<py::int_>(state[0]) ||

@@ -17,10 +17,26 @@ namespace {
 
 using script::ScriptStat;
 
-// add() as a raw CPython METH_O method: a pybind11 method costs ~90 ns a
-// call, this ~15 ns, which is most of Stat.add's cost from Python.
+// add(value) as a raw CPython vectorcall method: a pybind11 method costs
+// ~90 ns a call, this ~15 ns, which is most of Stat.add's cost from Python.
+// `value` may be given by keyword, as in TorchScript and compiled code.
 template <typename T>
-PyObject* fastAdd(PyObject* self, PyObject* arg) {
+PyObject* fastAdd(
+    PyObject* self,
+    PyObject* const* args,
+    Py_ssize_t nargs,
+    PyObject* kwnames) {
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  if (nargs + nkw != 1 ||
+      (nkw == 1 &&
+       PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "value") != 0)) {
+    PyErr_Format(
+        PyExc_TypeError,
+        "%s.add() takes one argument, value (a number or a tensor)",
+        std::is_same_v<T, double> ? "Stat" : "IntStat");
+    return nullptr;
+  }
+  PyObject* arg = args[0];
   Face* face = faceOf(self);
   if (face == nullptr) {
     return nullptr;
@@ -29,7 +45,25 @@ PyObject* fastAdd(PyObject* self, PyObject* arg) {
   constexpr bool kFloat = std::is_same_v<T, double>;
   const bool exact = kFloat ? PyFloat_CheckExact(arg) : PyLong_CheckExact(arg);
   if (!exact && THPVariable_Check(arg)) { // every element is one sample
-    return noneOrPythonError([&]() { stat.add(THPVariable_Unpack(arg)); });
+    const at::Tensor& tensor = THPVariable_Unpack(arg);
+    if (tensor.unsafeGetTensorImpl()->is_python_dispatch() &&
+        tensor.has_storage() && tensor.storage().data() == nullptr &&
+        tensor.numel() > 0) {
+      // A FakeTensor: non-strict torch.export (or a tracer) runs this call
+      // with tensors that hold no data. Only a Stat the traced module holds
+      // as an attribute is seen by the tracer and recorded in the graph.
+      PyErr_Format(
+          PyExc_RuntimeError,
+          "%s '%s': add() got a tensor that is being traced (a FakeTensor, "
+          "as torch.export runs forward): the Stat is not an attribute of "
+          "the traced module, so the call cannot be recorded. Hold it as "
+          "one (self.stat = torch_monitor.Stat(...) in __init__) and export "
+          "again.",
+          kFloat ? "Stat" : "IntStat",
+          stat.name().c_str());
+      return nullptr;
+    }
+    return noneOrPythonError([&]() { stat.add(tensor); });
   }
   T v;
   if constexpr (kFloat) {
@@ -59,8 +93,8 @@ template <typename T>
 void installAdd(py::handle cls) {
   static PyMethodDef def = {
       "add",
-      reinterpret_cast<PyCFunction>(&fastAdd<T>),
-      METH_O,
+      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fastAdd<T>)),
+      METH_FASTCALL | METH_KEYWORDS,
       "add(value): adds a sample: a number, or a tensor whose every element "
       "is one sample (on any device; an accelerator tensor is not read until "
       "the window closes)"};

@@ -61,6 +61,13 @@ Stat<T>::Stat(
       name_(std::move(name)),
       aggregationList_(aggregations) {
   detail::checkText(name_, "Stat name");
+  // torch.monitor accepts none and logs empty events at every window close.
+  TORCH_CHECK_VALUE(
+      !aggregations.empty(),
+      "Stat '",
+      name_,
+      "': give at least one aggregation (e.g. [Aggregation.MEAN]); with none "
+      "every window would log an empty event");
   if (clock_ == ClockSource::STEP) {
     TORCH_CHECK_VALUE(
         windowLength_ >= 1,

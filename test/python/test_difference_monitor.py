@@ -539,17 +539,24 @@ def test_forwards_in_inference_mode_then_training_keep_recording():
 # ------------------------------------------------------------------ errors
 
 
-def test_missing_path_raises_at_forward_naming_path_and_part(inferno):
+def test_missing_path_raises_when_registered_naming_path_and_part(inferno):
+    # Found when the monitor is built on a module (issue 16), not at the
+    # first forward mid-training.
     outer = Outer()
-    mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "block.missing", outer)  # no error yet
     with pytest.raises(AttributeError) as info:
-        outer(torch.ones(3))
+        tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "block.missing", outer)
     message = str(info.value)
     assert "'block.missing'" in message and "'missing'" in message and "'block'" in message
-    mon.deregister()
-    mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "nope.state", outer)
     with pytest.raises(AttributeError, match=r"'nope\.state'.*the module.*'nope'"):
+        tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "nope.state", outer)
+    assert not outer._forward_hooks and not outer._forward_pre_hooks  # nothing left on it
+    # Removed after registration: the forward says so, naming the path.
+    outer.extra = torch.nn.Linear(2, 2)
+    mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "extra.weight", outer)
+    del outer.extra
+    with pytest.raises(AttributeError, match=r"'extra\.weight'"):
         outer(torch.ones(3))
+    mon.deregister()
     # inferno raises getattr's own AttributeError, which names only the part
     other = Outer()
     theirs = inferno.DifferenceMonitor(inferno.PassthroughReducer(1.0), "block.missing", other)

@@ -74,3 +74,16 @@ def test_a_compiler_without_shared_libstdcxx_is_refused(tmp_path):
     assert done.returncode != 0
     message = " ".join(done.stderr.split())
     assert "has no shared libstdc++" in message and "CXX=/usr/bin/g++" in message, message
+
+
+def test_import_leaves_the_pt2_machinery_for_later():
+    # Dynamo and torch.export._trace cost seconds to import (issue 16): the
+    # package sets up its PyTorch 2 support when they are first imported.
+    done = subprocess.run(
+        [sys.executable, "-P", "-c",
+         "import sys, torch, torch_monitor; "
+         "print(int('torch._dynamo' in sys.modules), int('torch.export._trace' in sys.modules))"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "0"], done.stdout

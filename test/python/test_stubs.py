@@ -24,13 +24,22 @@ def test_committed_stub_is_what_the_definitions_give():
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
-def test_stub_is_valid_python_and_types_the_faces():
-    tree = ast.parse((ROOT / "torch_monitor" / "_C.pyi").read_text())
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    assert {"Stat", "IntStat", "Event", "DifferenceMonitorCore"} <= set(classes)
-    stat_methods = {n.name for n in classes["Stat"].body if isinstance(n, ast.FunctionDef)}
-    # the fast C method and a method forwarded from the TorchScript class
-    assert {"add", "get", "window_size_ms"} <= stat_methods
+def classes_of(stub):
+    tree = ast.parse((ROOT / "torch_monitor" / stub).read_text())
+    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def test_stubs_are_valid_python_and_type_the_faces():
+    assert {"Event", "Face", "DifferenceMonitorCore"} <= set(classes_of("_C.pyi"))
+    faces = classes_of("_spellings.pyi")
+    assert {"Stat", "IntStat", "TensorBoardWriter", "WaitCounter"} <= set(faces)
+    stat_methods = {n.name for n in faces["Stat"].body if isinstance(n, ast.FunctionDef)}
+    # the fast C method, a derived method and a property
+    assert {"add", "get", "window_size_ms", "count"} <= stat_methods
+    # every reducer its own constructor (from the C++ table of kinds)
+    reducers = classes_of("reducers.pyi")
+    ema = next(n for n in reducers["EMAReducer"].body if getattr(n, "name", "") == "__init__")
+    assert [a.arg for a in ema.args.args] == ["self", "step_time", "alpha", "duration", "inclusive", "inplace"]
 
 
 def test_package_is_marked_typed():

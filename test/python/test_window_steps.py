@@ -73,7 +73,7 @@ def test_exactly_one_window_and_no_close_on_time():
         tm.Stat("ws.bad", [tm.SUM], window_steps=5, close_on_time=True)
     with pytest.raises(ValueError, match="window_steps must be at least 1"):
         tm.Stat("ws.bad", [tm.SUM], window_steps=0)
-    with pytest.raises(TypeError, match="window_steps must be an int"):
+    with pytest.raises(TypeError, match="argument 'window_steps' must be an int"):
         tm.Stat("ws.bad", [tm.SUM], window_steps=2.5)
 
 

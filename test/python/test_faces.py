@@ -1,0 +1,110 @@
+"""The faces follow from the C++ schemas (torch_monitor/_faces.py): the
+Python signature is the TorchScript registration's, help() shows it with the
+C++ doc string, every argument of a kind is checked the same way, and no
+face carries torch.ScriptObject's operator methods."""
+
+import datetime
+import inspect
+import pydoc
+
+import pytest
+import torch
+
+tm = pytest.importorskip("torch_monitor")
+
+FACES = [
+    tm.Stat, tm.IntStat, tm.WaitCounter, tm.WaitCounterTracker, tm.TensorBoardWriter,
+    tm.JsonLinesWriter, tm.ConsoleHandler, tm.MemoryHandler, tm.PrometheusExporter,
+    tm.PrometheusTextFile,
+]
+
+
+def schemas(face):
+    return {schema.name: schema for schema, _doc in tm._C._script_methods(face._script_class)}
+
+
+@pytest.mark.parametrize("face", FACES, ids=lambda f: f.__name__)
+def test_python_signatures_are_the_schemas(face):
+    for name, schema in schemas(face).items():
+        if name == "__init__":
+            python = inspect.signature(face)
+        elif name.startswith("__") or not inspect.isfunction(face.__dict__.get(name)):
+            continue  # a property, or a hand-written hot path
+        else:
+            python = inspect.signature(face.__dict__[name])
+        expected = [a.name for a in schema.arguments[1:]]
+        assert [p for p in python.parameters if p != "self"] == expected, (face, name)
+        for argument in schema.arguments[1:]:
+            if argument.has_default_value() and argument.name not in face._spelling.defaults:
+                assert python.parameters[argument.name].default == argument.default_value
+
+
+def test_help_starts_with_the_signature_and_documents_tensor_samples():
+    text = pydoc.render_doc(tm.Stat, renderer=pydoc.plaintext)
+    head = text.splitlines()[3].strip(" |")
+    assert head.startswith("Stat(name: str, aggregations:") and "window_steps" in head
+    assert "sync_ranks" in head and "close_on_time" in head
+    assert "every element is one sample" in text  # tensor samples, in the class doc
+    assert "add(...)" in text and "tensor" in tm.Stat.add.__doc__
+    assert tm.Stat.add_tensor.__doc__
+    for operator in ("__abs__", "__iadd__", "__getitem__", "__len__"):
+        assert operator not in dir(tm.Stat), operator
+    assert len(text.splitlines()) < 120, len(text.splitlines())
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: tm.Stat("x", [tm.SUM], 1.0, max_samples=True), TypeError, "Stat() argument 'max_samples' must be an int"),
+        (lambda: tm.WaitCounter("x", "1"), TypeError, "WaitCounter() argument 'window_size' must be a number"),
+        (lambda: tm.MemoryHandler(True), TypeError, "MemoryHandler() argument 'capacity' must be an int"),
+        (lambda: tm.PrometheusExporter(2**64), ValueError, "PrometheusExporter() argument 'port' must be an int in"),
+        (lambda: tm.JsonLinesWriter("x.jsonl", append=1), TypeError, "JsonLinesWriter() argument 'append' must be a bool"),
+        (lambda: tm.ConsoleHandler(b"std\xff"), ValueError, "ConsoleHandler() argument 'stream' is not valid UTF-8"),
+        (lambda: tm.set_step(True), TypeError, "set_step() argument 'step' must be an int"),
+        (lambda: tm.set_step(2**70), ValueError, "set_step() argument 'step' must be an int in"),
+        (lambda: tm.set_step(-1), ValueError, "set_step(): the training step must be in [0, 2**63-1], got -1"),
+        (lambda: tm.Stat("x", [], 1.0), ValueError, "Stat() argument 'aggregations' is empty: give at least one aggregation"),
+    ],
+)
+def test_one_check_per_kind_of_argument(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    assert words in str(info.value)
+
+
+def test_stat_add_errors_name_the_stat():
+    stat = tm.Stat("named", [tm.SUM], 60.0)
+    with pytest.raises(TypeError, match="Stat 'named': add\\(\\) takes a float or an int or a tensor, got str"):
+        stat.add("0.5")
+    with pytest.raises(TypeError, match="IntStat 'ints'"):
+        tm.IntStat("ints", [tm.SUM], 60.0).add(0.5)
+
+
+def test_a_module_level_stat_in_an_exported_forward_says_what_to_do():
+    stat = tm.Stat("exported.global", [tm.MEAN], window_steps=10)
+
+    class UsesGlobal(torch.nn.Module):
+        def forward(self, x):
+            stat.add(x.mean())
+            return x
+
+    with pytest.raises(RuntimeError, match="Hold it as one"):
+        torch.export.export(UsesGlobal(), (torch.ones(3),), strict=False)
+
+
+def test_scripted_objects_read_back_are_equal_to_their_face():
+    stat = tm.Stat("faces.same", [tm.SUM], datetime.timedelta(seconds=60))
+
+    class Holds(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stat = stat
+
+        def forward(self, x: float) -> float:
+            self.stat.add(x)
+            return x
+
+    scripted = torch.jit.script(Holds())
+    scripted(2.0)
+    assert scripted.stat == stat and hash(scripted.stat) == hash(stat) and stat.count == 1
