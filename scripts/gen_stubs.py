@@ -26,7 +26,7 @@ import sys
 
 import torch
 import torch_monitor
-from torch_monitor import _C, _faces, _fake, _spellings
+from torch_monitor import _C, _faces, _spellings
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "torch_monitor"
 
@@ -151,7 +151,8 @@ def _class(name: str, cls) -> str:
         if b.__name__ != "pybind11_object"
     )
     out = [f"class {name}({base}):\n" if base else f"class {name}:\n"]
-    schemas = {s.name: s for s in _fake._SCHEMAS.get(vars(cls).get("_script_class", ""), [])}
+    script_class = vars(cls).get("_script_class")
+    schemas = {s.name: s for s, _doc in (_C._script_methods(script_class) if script_class else [])}
     for attr, value in sorted(vars(cls).items()):
         if attr.startswith("__") and attr not in ("__init__", "__call__", "__enter__", "__exit__"):
             continue
@@ -168,7 +169,7 @@ def _class(name: str, cls) -> str:
         elif isinstance(value, type(_C.Aggregation.MEAN)):  # enum members
             out.append(f"    {attr}: {name}\n")
         elif attr in schemas and (
-            getattr(value, "__module__", None) == "torch_monitor._fake"  # forwarded
+            getattr(value, "__module__", None) == "torch_monitor._faces"  # forwarded
             or not _signatures(value)  # a raw C method: typed as in TorchScript
         ):
             out.append(_schema_method(schemas[attr]))

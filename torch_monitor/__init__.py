@@ -8,6 +8,7 @@ which registers ``torch.classes.torch_monitor.*`` and
 """
 
 import atexit as _atexit
+import importlib as _importlib
 import os as _os
 from typing import Union as _Union
 
@@ -66,8 +67,7 @@ from ._spellings import (  # noqa: E402  (the faces of the C++ objects and ops)
     get_step,
     set_step,
 )
-from . import _fake, _spellings  # noqa: E402,F401  (fake classes for torch.compile/export)
-from . import _events  # noqa: E402,F401  (log_event(name, data), traceable)
+from . import _events, _faces, _internals  # noqa: E402,F401  (log_event(name, data), traceable)
 from ._ranks import process_rank, set_process_rank  # noqa: E402  (rank-aware sinks)
 from ._rank_sync import (  # noqa: E402
     flush_rank_sync,
@@ -90,9 +90,12 @@ _WaitCounterTracker = WaitCounterTracker
 #: The name the design notes use for the JSON Lines sink.
 JsonLinesHandler = JsonLinesWriter
 
-# Compiled and exported graphs call methods of the Python faces (ScriptObject
-# subclasses) through their TorchScript methods.
-_fake.make_traceable(_C, _spellings)
+# The monitor core's face is hand-written (its hooks are a hot path): it
+# gets the TorchScript methods it does not define.
+_faces.forward_script_methods(_C.DifferenceMonitorCore)
+# PyTorch 2's fakes and patches (torch_monitor._fake) wait for Dynamo's
+# import, which costs seconds and which torch.compile and torch.export do.
+_internals.after_dynamo_import(lambda dynamo: _importlib.import_module("torch_monitor._fake"))
 
 #: Logs the open window of every live Stat now (they stay usable).
 _close_all_stats = _C._close_all_stats

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
-from . import _C
+from . import _C, _internals
 
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -411,7 +411,7 @@ def make_face(cls_name: str, spelling: Spelling) -> type:
         if name == "__init__":
             namespace["__init__"] = _constructor(cls_name, schema, spelling)
             namespace["__doc__"] = doc
-        elif not name.startswith("__") and name not in spelling.methods:
+        elif (not name.startswith("__") or name == "__obj_flatten__") and name not in spelling.methods:
             namespace[name] = _method(cls_name, schema, doc, spelling)
     for prop, getter in spelling.properties.items():
         if isinstance(getter, str):
@@ -478,3 +478,19 @@ def make_op_face(op_name: str, spelling: Spelling, doc: str) -> Callable[..., An
     function.__module__ = "torch_monitor"
     function.__face_signature__ = f"({params}) -> {returns}"
     return function
+
+
+def forward_script_methods(cls: type) -> None:
+    """Gives a hand-written face (a pybind11 class: the monitor core) every
+    TorchScript method it does not define, calling the TorchScript method."""
+    for schema, doc in _C._script_methods(cls._script_class):
+        name = schema.name
+        if name in ("__init__", "__setstate__") or hasattr(cls, name) and name != "__getstate__":
+            continue
+
+        def method(self: Any, *args: Any, _name: str = name, **kwargs: Any) -> Any:
+            return _internals.script_method(self, _name)(*args, **kwargs)
+
+        method.__name__ = name
+        method.__doc__ = doc or None
+        setattr(cls, name, method)

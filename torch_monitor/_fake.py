@@ -1,5 +1,9 @@
 """Fake classes for torch.compile and torch.export, derived from the C++ classes.
 
+Imported when PyTorch 2 is first used (Dynamo's import, or torch asking for
+an op's fake through ``set_python_module``), not by ``import torch_monitor``:
+listing the schemas and registering the fakes costs tens of milliseconds.
+
 PyTorch 2 traces a custom-class object through a "fake" stand-in built from
 the object's ``__obj_flatten__`` (its configuration). Rather than write one
 by hand per class, this module reads every ``torch.classes.torch_monitor``
@@ -22,7 +26,7 @@ import torch
 
 from . import _internals
 
-__all__ = ["FakeObject", "FAKE_CLASSES", "make_traceable"]
+__all__ = ["FakeObject", "FAKE_CLASSES"]
 
 
 class FakeObject:
@@ -97,36 +101,20 @@ for _name, _fake_class in FAKE_CLASSES.items():
 _internals.keep_real_objects_in_strict_export("torch_monitor")
 
 
-def _torchscript_method(name: str):
-    def method(self, *args, **kwargs):
-        return _internals.script_method(self, name)(*args, **kwargs)
+def _faces() -> tuple:
+    """Every Python face class: the ones made from schemas and the
+    hand-written monitor core."""
+    from . import _C, _spellings
 
-    method.__name__ = name
-    return method
-
-
-def make_traceable(*modules) -> tuple:
-    """Completes the Python faces in ``modules`` and makes them traceable;
-    returns the face classes.
-
-    A face is a ScriptObject subclass marked with ``_script_class`` in C++.
-    It looks attributes up on its own class only (fast access for the hot
-    paths), so each TorchScript method it does not define itself (such as
-    ``__obj_flatten__``, which tracing calls) is added here as a forwarding
-    method; and graph calls of its methods are routed to the TorchScript
-    methods (see ``_internals``).
-    """
-    faces = tuple(
-        cls for module in modules for cls in vars(module).values()
+    return tuple(
+        cls for module in (_C, _spellings) for cls in vars(module).values()
         if isinstance(cls, type) and "_script_class" in vars(cls)
     )
-    for face in faces:
-        for schema in _SCHEMAS.get(face._script_class, ()):
-            if schema.name != "__init__" and not hasattr(face, schema.name):
-                setattr(face, schema.name, _torchscript_method(schema.name))
-    _internals.run_torchbind_methods_on(faces)
-    _internals.pass_any_arguments_to_aoti_proxy_executor()
-    return faces
+
+
+# Graph calls of the faces' methods are routed to their TorchScript methods.
+_internals.run_torchbind_methods_on(_faces())
+_internals.pass_any_arguments_to_aoti_proxy_executor()
 
 
 def _returns_nothing_fake(*args, **kwargs):

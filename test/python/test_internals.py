@@ -12,6 +12,7 @@ import pytest
 import torch
 
 tm = pytest.importorskip("torch_monitor")
+import torch._dynamo  # noqa: E402,F401  (torch_monitor's PyTorch 2 set-up runs on its import)
 from torch_monitor import _internals  # noqa: E402
 
 
