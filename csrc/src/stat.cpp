@@ -6,7 +6,7 @@
 
 #include <c10/util/Exception.h>
 
-#include <torch_monitor/detail/rank_post.h>
+#include <torch_monitor/detail/rank_sync.h>
 #include <torch_monitor/detail/tensor_window.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/detail/window_timer.h>
@@ -650,6 +650,10 @@ std::chrono::milliseconds windowFromSeconds(double seconds) {
       " s");
   return std::chrono::milliseconds(std::min(
       static_cast<int64_t>(seconds * 1000.0), Stat<double>::kMaxWindowMs));
+}
+
+void closeAllStats() noexcept {
+  detail::closeAllLiveStats();
 }
 
 // Memory per stat is a target of the project (at most 1.5x torch::monitor's

@@ -11,7 +11,6 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/event_handler.h>
-#include <torch_monitor/stat.h>
 
 namespace torch_monitor {
 namespace detail {
@@ -61,7 +60,7 @@ struct LiveStatRegistry {
       // Registered after the library's static objects were constructed (the
       // sinks' flush-at-exit among them), so it runs before they are
       // destroyed: the last windows reach the sinks before those flush.
-      std::atexit([] { closeAllStats(); });
+      std::atexit(&closeAllLiveStats);
       return r;
     }();
     return *instance;
@@ -142,14 +141,12 @@ void LiveStat::untrack() {
   r.unlink(*this);
 }
 
-} // namespace detail
-
-void closeAllStats() noexcept {
+void closeAllLiveStats() noexcept {
   std::vector<Event> events;
   {
-    auto& r = detail::LiveStatRegistry::get();
+    auto& r = LiveStatRegistry::get();
     std::lock_guard<std::mutex> guard(r.mutex);
-    r.forEach([&](detail::LiveStat& s) {
+    r.forEach([&](LiveStat& s) {
       if (auto event = s.closeOpenWindow()) {
         events.push_back(std::move(*event));
       }
@@ -159,7 +156,7 @@ void closeAllStats() noexcept {
   // failing handler is reported, as when a Stat is destroyed.
   for (const Event& event : events) {
     try {
-      detail::dispatchEvent(event);
+      dispatchEvent(event);
     } catch (const std::exception& e) {
       TORCH_WARN(
           "torch_monitor: an event handler failed while closing the open "
@@ -173,4 +170,5 @@ void closeAllStats() noexcept {
   }
 }
 
+} // namespace detail
 } // namespace torch_monitor

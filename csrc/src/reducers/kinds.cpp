@@ -1,4 +1,3 @@
-#include <torch_monitor/reducers/factory.h>
 #include <torch_monitor/reducers/kinds.h>
 
 #include <cmath>

@@ -11,8 +11,8 @@ namespace torch_monitor::detail {
 // What the process-wide registry of live stats needs from a Stat. The
 // registry exists for two moments a Stat cannot handle alone:
 //  - process exit: a Stat that is never destroyed (owned by a leaked or
-//    module-level object) would lose its last window, so closeAllStats()
-//    logs every open window;
+//    module-level object) would lose its last window, so
+//    closeAllLiveStats() logs every open window;
 //  - fork(): the child must not inherit a Stat lock held by a thread that does
 //    not exist there, nor shards stuck mid-update.
 // A Stat joins the registry when fully constructed and leaves it first thing
@@ -59,5 +59,11 @@ class TORCH_MONITOR_API LiveStat {
   // threads it did not inherit: their memory is reused by its new threads.
   const void* stackOwner_ = nullptr;
 };
+
+// Closes the open window of every live Stat and logs those that hold
+// samples; a failing handler is reported as a warning. closeAllStats()
+// (stat.h) is this, for users; the registry also runs it at exit.
+// Thread safety: callable from any thread, concurrently with every Stat API.
+TORCH_MONITOR_API void closeAllLiveStats() noexcept;
 
 } // namespace torch_monitor::detail

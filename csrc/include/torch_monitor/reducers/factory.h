@@ -3,9 +3,7 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include <torch_monitor/export.h>
 #include <torch_monitor/reducers/criterion.h>
 #include <torch_monitor/reducers/fold_reducer.h>
 #include <torch_monitor/reducers/kinds.h>
@@ -34,8 +32,5 @@ inline std::shared_ptr<FoldReducer> makeReducer(
       params,
       std::move(criterion));
 }
-
-// The kinds makeReducer() knows, in the table's order (kinds.cpp).
-TORCH_MONITOR_API const std::vector<std::string>& reducerKinds();
 
 } // namespace torch_monitor

@@ -164,11 +164,11 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   // `x` cast to the history's dtype.
   at::Tensor asState(const at::Tensor& x) const;
   void checkInputs(const std::vector<at::Tensor>& inputs) const;
-  // Where this step matches (folds.cpp); undefined for kinds without
-  // matches. `x` is the observation cast by asState().
+  // Where this step matches; undefined for kinds without matches. `x` is
+  // the observation cast by asState().
   at::Tensor matches(const std::vector<at::Tensor>& inputs, const at::Tensor& x)
       const;
-  // The kind's fold and interpolation (folds.cpp), called with the lock held.
+  // The kind's fold and interpolation, called with the lock held.
   // fold() gets arity() raw inputs (checked for device and shape; criteria
   // see their dtype) and the previous state (nullopt at the first step);
   // steps_ already counts this step. interpolate() gives the state

@@ -13,7 +13,7 @@ namespace torch_monitor {
 // class torch.classes.torch_monitor.Reducer and the Python classes of
 // torch_monitor.reducers all read it, so adding a reducer is one entry in
 // reducerKindTable() (kinds.cpp) plus, for a new kind of fold, its case in
-// folds.cpp.
+// FoldReducer::fold() (fold_reducer.cpp).
 
 // What values a parameter accepts.
 enum class ParamCheck {
@@ -97,6 +97,8 @@ struct TORCH_MONITOR_API ReducerKind {
 
 // Every kind, in inferno's order.
 TORCH_MONITOR_API const std::vector<ReducerKind>& reducerKindTable();
+// Their names, in the table's order: the kinds makeReducer() knows.
+TORCH_MONITOR_API const std::vector<std::string>& reducerKinds();
 // Throws c10::ValueError listing the kinds when `name` is not one.
 TORCH_MONITOR_API const ReducerKind& reducerKind(const std::string& name);
 // The allowed values of a check in words ("> 0", "in [0, 1]", ...).

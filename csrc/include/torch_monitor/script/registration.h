@@ -4,6 +4,8 @@
 
 // The pieces of the one TORCH_LIBRARY(torch_monitor, m) block (in
 // registration.cpp); classes must be defined before ops that take them.
+// Each is defined with its object, in script/<object>.cpp; the step ops,
+// which have no object, in registration.cpp.
 namespace torch_monitor::script {
 void registerStatClasses(torch::Library& m);
 void registerWaitCounterClasses(torch::Library& m);

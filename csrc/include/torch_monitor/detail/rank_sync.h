@@ -97,4 +97,12 @@ TORCH_MONITOR_API bool postRankWindow(
     const RankShare& share,
     MergedEventBuilder build);
 
+// The process default group (rank_sync.h's setDefaultRankGroup() and
+// defaultRankGroup(), which check it first).
+TORCH_MONITOR_API void storeDefaultRankGroup(
+    std::shared_ptr<const RankGroup> group);
+TORCH_MONITOR_API std::shared_ptr<const RankGroup> loadDefaultRankGroup();
+// rank_sync.h's flushRankSync().
+TORCH_MONITOR_API void waitForRankSync() noexcept;
+
 } // namespace torch_monitor::detail
