@@ -5,7 +5,7 @@ keep; each has a test that fails loudly (naming the function) when an
 upgrade breaks it, in ``test/python/test_internals.py`` unless its docstring
 names another file. Code elsewhere in the
 package calls these functions, never ``torch._*`` itself. (The C++ binding's
-counterpart is ``csrc/python/pybind_internals.h``.)
+counterpart is ``csrc/python/internals.h``.)
 """
 
 import copy

@@ -1,7 +1,7 @@
 #include "face.h"
 
 #include "py_common.h"
-#include "pybind_internals.h"
+#include "internals.h"
 
 #include <string>
 #include <vector>
@@ -116,17 +116,6 @@ Face* faceOf(PyObject* obj) {
         Py_TYPE(obj)->tp_name);
   }
   return static_cast<Face*>(face);
-}
-
-void addRawMethod(py::handle cls, PyMethodDef* def) {
-  PyObject* descriptor =
-      PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def);
-  if (descriptor == nullptr ||
-      PyObject_SetAttrString(cls.ptr(), def->ml_name, descriptor) != 0) {
-    Py_XDECREF(descriptor);
-    throw py::error_already_set();
-  }
-  Py_DECREF(descriptor);
 }
 
 void initFaces(py::module_& m) {

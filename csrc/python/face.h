@@ -38,11 +38,6 @@ struct Face : torch::jit::Object {
 // (hot paths), which pybind11's checks do not cover.
 Face* faceOf(PyObject* obj);
 
-// Sets `def` (a raw CPython method of a hot path, whose definition must
-// outlive the class) as the method def->ml_name of class `cls`: called on
-// an object of another class, CPython refuses it before it runs.
-void addRawMethod(py::handle cls, PyMethodDef* def);
-
 void initFaces(py::module_& m);
 
 } // namespace torch_monitor::python

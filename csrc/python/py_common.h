@@ -56,7 +56,7 @@ PyObject* noneOrPythonError(F&& body) {
   Py_RETURN_NONE;
 }
 
-// pythonIsUsable() (whether Python may still run) is in pybind_internals.h:
+// pythonIsUsable() (whether Python may still run) is in internals.h:
 // before Python 3.13 it needs CPython's private _Py_IsFinalizing.
 
 // Owns a Python object from C++ state that may be dropped on any thread

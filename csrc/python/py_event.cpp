@@ -1,5 +1,5 @@
 #include "py_common.h"
-#include "pybind_internals.h"
+#include "internals.h"
 
 #include <cmath>
 #include <ctime>

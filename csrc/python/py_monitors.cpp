@@ -10,7 +10,7 @@
 
 #include "face.h"
 #include "py_common.h"
-#include "pybind_internals.h"
+#include "internals.h"
 
 #include <memory>
 #include <string>
@@ -307,9 +307,6 @@ struct PyDifferenceMonitor : torch::jit::Object {
 
 PyTypeObject* gMonitorType = nullptr; // DifferenceMonitorCore
 PyTypeObject* gModuleType = nullptr; // torch.nn.Module
-PyObject* gParametersKey = nullptr;
-PyObject* gBuffersKey = nullptr;
-PyObject* gModulesKey = nullptr;
 PyObject* gTrainingKey = nullptr;
 
 // The torch.classes.torch_monitor.Reducer of `reducer`: the object itself, or
@@ -385,36 +382,15 @@ PyDifferenceMonitor* unwrap(PyObject* obj) {
 
 // ---------------------------------------------------- attribute resolution
 
-// `obj.name` as nn.Module resolves it, with parameters, buffers and
-// submodules read straight from their dicts: for those, plain getattr first
-// fails the generic lookup (building an AttributeError) and then runs
-// Module.__getattr__ in Python, about 0.3 us per level. nn.Module keeps
-// those names out of __dict__ and off the class, so the order is the same.
-// Anything else (plain attributes, properties such as parametrizations,
-// custom __getattr__) goes through getattr. New reference, or nullptr with
-// the error set.
+// `obj.name` as nn.Module resolves it (see moduleMember), else getattr.
+// New reference, or nullptr with the error set.
 PyObject* getComponent(PyObject* obj, PyObject* name) {
   if (PyType_IsSubtype(Py_TYPE(obj), gModuleType)) {
-    PyObject* dict = PyObject_GenericGetDict(obj, nullptr);
-    if (dict == nullptr) {
-      return nullptr;
+    bool found = false;
+    PyObject* value = moduleMember(obj, name, &found);
+    if (found || value == nullptr && PyErr_Occurred()) {
+      return value;
     }
-    for (PyObject* key : {gParametersKey, gBuffersKey, gModulesKey}) {
-      PyObject* members = PyDict_GetItemWithError(dict, key);
-      if (members != nullptr && PyDict_Check(members)) {
-        PyObject* value = PyDict_GetItemWithError(members, name);
-        if (value != nullptr) {
-          Py_INCREF(value);
-          Py_DECREF(dict);
-          return value;
-        }
-      }
-      if (PyErr_Occurred()) {
-        Py_DECREF(dict);
-        return nullptr;
-      }
-    }
-    Py_DECREF(dict);
   }
   return PyObject_GetAttr(obj, name);
 }
@@ -821,9 +797,9 @@ void initMonitors(py::module_& m) {
   // lookup is enough and skips ScriptObject's slow __getattr__ hook.
   // The same for setting: ScriptObject's __setattr__ would look for a
   // TorchScript attribute and miss the train_update/eval_update setters.
-  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
-  type->tp_setattro = PyObject_GenericSetAttr;
+  usePlainSetattr(cls);
   refuseUninitialisedUse(cls); // also plain lookup, see above
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   markFace(cls, "DifferenceMonitor");
   gMonitorType = type;
 
@@ -831,9 +807,6 @@ void initMonitors(py::module_& m) {
       py::object(py::module_::import("torch.nn").attr("Module"))
           .release()
           .ptr());
-  gParametersKey = PyUnicode_InternFromString("_parameters");
-  gBuffersKey = PyUnicode_InternFromString("_buffers");
-  gModulesKey = PyUnicode_InternFromString("_modules");
   gTrainingKey = PyUnicode_InternFromString("training");
 
   m.def(

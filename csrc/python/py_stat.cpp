@@ -5,7 +5,7 @@
 
 #include "face.h"
 #include "py_common.h"
-#include "pybind_internals.h"
+#include "internals.h"
 
 #include <torch/csrc/autograd/python_variable.h>
 

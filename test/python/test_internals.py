@@ -152,3 +152,24 @@ def test_private_internals_appear_only_in_internals_py():
             if _PRIVATE.search(code) and not code.lstrip().startswith(("\"\"\"", "``")):
                 stragglers.append(f"{path.name}:{number}: {line.strip()}")
     assert not stragglers, "private internals outside _internals.py:\n" + "\n".join(stragglers)
+
+
+# In the C++ binding: pybind11's detail namespace, CPython's private names,
+# type-slot assignments, raw method descriptors, nn.Module's private dicts.
+_PRIVATE_CPP = re.compile(
+    r"py::detail::|pybind11::detail::|\b_Py[A-Z]\w*|->tp_(?!name\b)\w+\s*=|PyDescr_New"
+    r'|"_(?:parameters|buffers|modules|forward_hooks|forward_pre_hooks)"'
+)
+
+
+def test_cpp_internals_appear_only_in_internals_cpp():
+    binding = pathlib.Path(__file__).resolve().parents[2] / "csrc" / "python"
+    stragglers = []
+    for path in sorted(binding.glob("*.[ch]*")):
+        if path.stem == "internals":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("//", 1)[0]
+            if _PRIVATE_CPP.search(code):
+                stragglers.append(f"{path.name}:{number}: {line.strip()}")
+    assert not stragglers, "internals outside csrc/python/internals.*:\n" + "\n".join(stragglers)

@@ -1,4 +1,4 @@
-#include "pybind_internals.h"
+#include "internals.h"
 
 namespace torch_monitor::python {
 namespace py = pybind11;
@@ -139,6 +139,53 @@ py::object allocateUninitialised(py::handle type) {
     throw py::error_already_set();
   }
   return py::reinterpret_steal<py::object>(object);
+}
+
+void addRawMethod(py::handle cls, PyMethodDef* def) {
+  PyObject* descriptor =
+      PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def);
+  if (descriptor == nullptr ||
+      PyObject_SetAttrString(cls.ptr(), def->ml_name, descriptor) != 0) {
+    Py_XDECREF(descriptor);
+    throw py::error_already_set();
+  }
+  Py_DECREF(descriptor);
+}
+
+void usePlainSetattr(py::handle cls) {
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  type->tp_setattro = PyObject_GenericSetAttr;
+  PyType_Modified(type);
+}
+
+PyObject* moduleMember(PyObject* module, PyObject* name, bool* found) {
+  static PyObject* const keys[] = {
+      PyUnicode_InternFromString("_parameters"),
+      PyUnicode_InternFromString("_buffers"),
+      PyUnicode_InternFromString("_modules")};
+  *found = false;
+  PyObject* dict = PyObject_GenericGetDict(module, nullptr);
+  if (dict == nullptr) {
+    return nullptr;
+  }
+  for (PyObject* key : keys) {
+    PyObject* members = PyDict_GetItemWithError(dict, key);
+    if (members != nullptr && PyDict_Check(members)) {
+      PyObject* value = PyDict_GetItemWithError(members, name);
+      if (value != nullptr) {
+        *found = true;
+        Py_INCREF(value);
+        Py_DECREF(dict);
+        return value;
+      }
+    }
+    if (PyErr_Occurred()) {
+      Py_DECREF(dict);
+      return nullptr;
+    }
+  }
+  Py_DECREF(dict);
+  return nullptr;
 }
 
 void refuseUninitialisedUse(pybind11::handle cls) {

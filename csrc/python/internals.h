@@ -1,8 +1,10 @@
 #pragma once
 
-// The binding's uses of pybind11 internals (py::detail), gathered here:
-// reading an instance's C++ object without a cast (the raw CPython methods
-// of the hot paths) and telling whether one was ever initialised.
+// The binding's uses of CPython's and pybind11's internals, gathered here
+// (and only here: test/python/test_internals.py fails when one appears in
+// another file): reading an instance's C++ object without a cast (the raw
+// CPython methods of the hot paths), telling whether one was ever
+// initialised, type slots, and raw method descriptors.
 // test/python/test_reliability_monitors.py fails loudly if a pybind11
 // upgrade changes what these rely on (objects made with __new__ alone must
 // raise TypeError, pickling must round-trip).
@@ -42,6 +44,25 @@ void initialiseOnNew(pybind11::handle cls);
 // initialiseOnNew or derived from one), for code that initialises it at
 // once (wrapping an existing object): its __new__ would run __init__.
 py::object allocateUninitialised(py::handle type);
+
+// Sets `def` (a raw CPython method of a hot path, whose definition must
+// outlive the class) as the method def->ml_name of class `cls`: called on
+// an object of another class, CPython refuses it before it runs.
+void addRawMethod(py::handle cls, PyMethodDef* def);
+
+// Gives `cls` plain attribute assignment (torch.ScriptObject's __setattr__
+// would look for a TorchScript attribute and miss the class's properties).
+void usePlainSetattr(py::handle cls);
+
+// The parameter, buffer or submodule `name` of nn.Module `module`, read
+// straight from nn.Module's private dicts (_parameters, _buffers,
+// _modules): plain getattr first fails the generic lookup (building an
+// AttributeError) and then runs Module.__getattr__ in Python, about 0.3 us
+// per level of a monitor's path. nn.Module keeps those names out of
+// __dict__ and off the class, so the order is the same. *found says whether
+// it was one of them (then a new reference); nullptr with *found false and
+// no error set means: not there, use getattr.
+PyObject* moduleMember(PyObject* module, PyObject* name, bool* found);
 
 // Whether Python may still run: false during and after interpreter
 // finalization, when C++ state freed late (a handler, a monitor or a reducer
