@@ -1,17 +1,18 @@
 #include <torch_monitor/stat.h>
 
-#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <exception>
+#include <optional>
+#include <type_traits>
 
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <c10/util/Exception.h>
 
-#include <torch_monitor/detail/rank_sync.h>
-#include <torch_monitor/detail/tensor_window.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/detail/window_timer.h>
 #include <torch_monitor/event_handler.h>
-#include <torch_monitor/step.h>
 
 namespace torch_monitor {
 
@@ -53,583 +54,158 @@ Stat<T>::Stat(
     int64_t length,
     int64_t maxSamples,
     WindowClose windowClose)
-    : capped_(maxSamples != kUnlimitedSamples),
-      clock_(clock),
-      windowClose_(windowClose),
-      aggregations_(aggregations),
-      windowLength_(length),
-      name_(std::move(name)),
-      aggregationList_(aggregations) {
-  detail::checkText(name_, "Stat name");
+    : detail::StatEngine<T>(
+          std::move(name),
+          aggregations,
+          clock,
+          length,
+          maxSamples == kUnlimitedSamples ? std::nullopt
+                                          : std::optional<int64_t>(maxSamples),
+          windowClose == WindowClose::ON_TIME) {
+  detail::checkText(this->name(), "Stat name");
   // torch.monitor accepts none and logs empty events at every window close.
   TORCH_CHECK_VALUE(
       !aggregations.empty(),
       "Stat '",
-      name_,
+      this->name(),
       "': give at least one aggregation (e.g. [Aggregation.MEAN]); with none "
       "every window would log an empty event");
-  if (clock_ == ClockSource::STEP) {
+  if (clock == ClockSource::STEP) {
     TORCH_CHECK_VALUE(
-        windowLength_ >= 1,
+        length >= 1,
         "Stat '",
-        name_,
+        this->name(),
         "': window_steps must be at least 1 (a window of that many training "
         "steps), got ",
-        windowLength_);
+        length);
   } else {
     // torch.monitor divides by the window (SIGFPE at the first add) when it
     // is under 1 ms.
     TORCH_CHECK_VALUE(
-        windowLength_ >= 1,
+        length >= 1,
         "Stat '",
-        name_,
+        this->name(),
         "': window_size must be at least 1 millisecond (it is kept with "
         "millisecond precision), got ",
-        windowLength_,
+        length,
         " ms");
     TORCH_CHECK_VALUE(
-        windowLength_ <= kMaxWindowMs,
+        length <= kMaxWindowMs,
         "Stat '",
-        name_,
+        this->name(),
         "': window_size must be at most ",
         kMaxWindowMs,
         " ms (datetime.timedelta.max, about 2.7 million years), got ",
-        windowLength_,
+        length,
         " ms");
   }
   // torch.monitor silently treats maxSamples < 1 as 1.
   TORCH_CHECK_VALUE(
       maxSamples >= 1,
       "Stat '",
-      name_,
+      this->name(),
       "': max_samples must be at least 1, got ",
       maxSamples);
-  if (capped_) {
-    state_.capped = new CappedWindow(maxSamples);
-  }
   detail::ensureAsymmetricBarrier();
-  track(); // last: the registry may call in from now on
-  if (windowClose_ == WindowClose::ON_TIME) {
+  // Last, once the Stat is whole: the registry may call in from now on.
+  this->track();
+  if (windowClose == WindowClose::ON_TIME) {
     detail::joinWindowTimer(this); // after track(): see window_timer.cpp
   }
 }
 
 template <typename T>
 Stat<T>::~Stat() {
-  untrack(); // first: closeAllStats() and fork() no longer see this Stat
-  if (windowClose_ == WindowClose::ON_TIME) {
+  this->untrack(); // first: closeAllStats() and fork() no longer see this Stat
+  if (windowClose() == WindowClose::ON_TIME) {
     detail::leaveWindowTimer(this); // nor the window timer
   }
   try {
-    if (auto event = closeOpenWindow()) {
+    if (auto event = this->closeOpenWindow()) {
       detail::dispatchEvent(*event);
     }
     if (syncsRanks()) {
-      detail::disableRankSync(this); // after posting the last window
+      this->leaveRankSync(); // after posting the last window
     }
   } catch (const std::exception& e) {
     TORCH_WARN(
         "torch_monitor: an event handler failed while Stat '",
-        name_,
+        name(),
         "' logged its last window on destruction: ",
         e.what());
   } catch (...) {
     TORCH_WARN(
         "torch_monitor: an event handler failed while Stat '",
-        name_,
+        name(),
         "' logged its last window on destruction");
   }
-  if (capped_) {
-    delete state_.capped;
-  } else if (ShardTable* table = state_.table.load(std::memory_order_relaxed)) {
-    for (auto& shard : table->shards) {
-      delete shard.load(std::memory_order_relaxed);
-    }
-    delete table->tensors;
-    delete table;
-  }
-}
-
-template <typename T>
-void Stat<T>::addAfterRollOver(T v, int64_t now) {
-  ClosedWindow closed;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    closed = closeIfEndedLocked(now);
-  }
-  addSharded(v, now);
-  emit(closed);
 }
 
 namespace {
-// The last answer of Stat<T>::currentWindowId() itself on this thread and the
-// stat it came from: askWindowId() tells by them whether an override
-// answered, without a field in every stat.
-thread_local const void* ownAnswerOf = nullptr;
-thread_local uint64_t ownAnswer = 0;
+std::atomic<bool> cpuTensorsTakeDevicePath{false};
 } // namespace
 
-template <typename T>
-uint64_t Stat<T>::currentWindowId() const {
-  const auto id = static_cast<uint64_t>(windowIdAt(readClock(clock_)));
-  ownAnswerOf = this;
-  ownAnswer = id;
-  return id;
+namespace test_hooks {
+void setCpuTensorsTakeDevicePath(bool on) noexcept {
+  cpuTensorsTakeDevicePath.store(on, std::memory_order_relaxed);
 }
+} // namespace test_hooks
 
 template <typename T>
-int64_t Stat<T>::askWindowId(bool& driven) const {
-  ownAnswerOf = nullptr;
-  const uint64_t id = currentWindowId(); // the one virtual call
-  // An override that returns what this implementation returned is not
-  // driving anything (yet).
-  driven = !(ownAnswerOf == this && ownAnswer == id);
-  ownAnswerOf = nullptr;
-  return static_cast<int64_t>(id);
-}
-
-template <typename T>
-typename Stat<T>::ClosedWindow Stat<T>::closeIfEndedLocked(int64_t now) {
-  const int64_t end = windowEndMs_.load(std::memory_order_relaxed);
-  // Another thread may have closed the window since we read the clock.
-  if (end != kDrivenByOverride && now < end) {
-    return ClosedWindow();
-  }
-  bool driven = false;
-  const int64_t id = askWindowId(driven);
-  if (!driven && end != kDrivenByOverride) {
-    return rollOverLocked(id * windowLength_);
-  }
-  // From now on the override alone decides: every add comes here.
-  ShardTable& table = tableLocked();
-  if (id == table.drivenWindowId) {
-    windowEndMs_.store(kDrivenByOverride, std::memory_order_release);
-    return ClosedWindow();
-  }
-  table.drivenWindowId = id;
-  return rollOverLocked(kDrivenByOverride);
-}
-
-template <typename T>
-typename Stat<T>::ClosedWindow Stat<T>::rollOverLocked(int64_t nextEndMs) {
-  ClosedWindow closed;
-  // A window without samples (none open, or its opening add not yet in)
-  // leaves the last closed window, which get() reports, as it is.
-  const detail::Accumulator<T> window = takeOpenWindowLocked();
-  if (window.count > 0) {
-    closed = closeLocked(window, windowEndMs_.load(std::memory_order_relaxed));
-  }
-  windowEndMs_.store(nextEndMs, std::memory_order_release);
-  return closed;
-}
-
-template <typename T>
-typename Stat<T>::ShardTable& Stat<T>::tableLocked() {
-  ShardTable* table = state_.table.load(std::memory_order_relaxed);
-  if (table == nullptr) {
-    table = new ShardTable();
-    state_.table.store(table, std::memory_order_release);
-  }
-  return *table;
-}
-
-template <typename T>
-void Stat<T>::addToNewOrSharedShard(int slot, T v, int64_t now) {
-  if (slot == detail::kOverflowSlot) {
-    // Threads beyond kMaxThreadSlots share one shard; the mutex excludes both
-    // them and the harvester, so no handshake is needed.
-    std::lock_guard<std::mutex> guard(mutex_);
-    auto& overflow = tableLocked().shards[slot];
-    auto* shard = overflow.load(std::memory_order_relaxed);
-    if (shard == nullptr) {
-      shard = new detail::CacheLineShard<T>();
-      overflow.store(shard, std::memory_order_release);
-    }
-    shard->acc.add(v, now);
+void Stat<T>::add(const at::Tensor& values) {
+  constexpr bool kInt = std::is_same_v<T, int64_t>;
+  TORCH_CHECK_VALUE(
+      values.defined(), "Stat '", name(), "': cannot add an undefined tensor");
+  TORCH_CHECK_TYPE(
+      !kInt || !at::isFloatingType(values.scalar_type()),
+      "IntStat '",
+      name(),
+      "' takes integer tensors, got a ",
+      values.scalar_type(),
+      " tensor; use a Stat for floating-point values");
+  TORCH_CHECK_TYPE(
+      !at::isComplexType(values.scalar_type()),
+      "Stat '",
+      name(),
+      "' takes real tensors, got a ",
+      values.scalar_type(),
+      " tensor; add its real part or its absolute value");
+  if (values.numel() == 0) {
     return;
   }
-  detail::ThreadShard<T>* shard = claimShard(slot, /*locked=*/false);
-  shard->enter();
-  shard->acc.add(v, now);
-  shard->leave();
-}
-
-template <typename T>
-void Stat<T>::addCapped(T v) {
-  // torch::monitor's state machine: a window that reached maxSamples is closed
-  // at once and later samples of that window are discarded; the first add of
-  // a later window then closes the (empty) discarded window.
-  ClosedWindow closed[2];
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    CappedWindow& w = *state_.capped;
-    const int64_t now = readClock(clock_);
-    int64_t windowId = windowIdAt(now);
-    // currentWindowId() is asked at boundaries of the own clock only, or on
-    // every add once an override drives the windows.
-    if (w.driven || windowId != w.windowId) {
-      bool driven = false;
-      windowId = askWindowId(driven);
-      w.driven = w.driven || driven;
-    }
-    if ((windowId != w.windowId || w.current.count >= w.maxSamples) &&
-        w.lastClosedWindowId != windowId) {
-      closeCappedLocked(closed[0], windowId);
-    }
-    if (w.lastClosedWindowId != windowId) {
-      w.current.add(v, now);
-      if (w.current.count >= w.maxSamples) {
-        closeCappedLocked(closed[1], windowId);
-      }
-    }
+  const bool onDevice = !values.device().is_cpu() ||
+      cpuTensorsTakeDevicePath.load(std::memory_order_relaxed);
+  if (onDevice && !this->capped_) {
+    this->addOnDevice(values.detach());
+    return;
   }
-  // Both are emitted even if the first one's handlers throw.
-  std::exception_ptr first;
-  for (const ClosedWindow& c : closed) {
-    try {
-      emit(c);
-    } catch (...) {
-      if (!first) {
-        first = std::current_exception();
-      }
-    }
-  }
-  if (first) {
-    std::rethrow_exception(first);
-  }
-}
-
-template <typename T>
-void Stat<T>::closeCappedLocked(ClosedWindow& out, int64_t nextWindowId) {
-  CappedWindow& w = *state_.capped;
-  // With no window current there is nothing to close; closing the empty
-  // window that a full one leaves (torch.monitor's rule) does reset get().
-  if (w.windowId != 0) {
-    out = closeLocked(w.current, w.windowId * windowLength_);
-  }
-  w.current = detail::Accumulator<T>();
-  w.lastClosedWindowId = w.windowId;
-  w.windowId = nextWindowId;
-}
-
-template <typename T>
-detail::Accumulator<T> Stat<T>::harvest(
-    bool reset,
-    const void* probe,
-    int64_t* probeCount) const {
-  // At most the first shard and one per slot (the overflow one included).
-  detail::ThreadShard<T>* live[detail::kMaxThreadSlots + 2];
-  int n = 0;
-  // A shard that is claimed or created after this scan keeps its samples
-  // for the next harvest.
-  if (firstSlot_.load(std::memory_order_acquire) != kNoSlot) {
-    live[n++] = const_cast<detail::ThreadShard<T>*>(&firstShard_);
-  }
-  if (const ShardTable* table = state_.table.load(std::memory_order_acquire)) {
-    for (const auto& slot : table->shards) {
-      if (auto* shard = slot.load(std::memory_order_acquire)) {
-        live[n++] = shard;
-      }
-    }
-  }
-  detail::Accumulator<T> total;
-  if (n == 0) {
-    return total;
-  }
-  for (int i = 0; i < n; ++i) {
-    live[i]->freeze();
-  }
-  detail::heavyBarrier();
-  for (int i = 0; i < n; ++i) {
-    const detail::Accumulator<T> share = live[i]->drain(reset);
-    if (live[i] == probe) {
-      *probeCount = share.count;
-    }
-    total.merge(share);
-  }
-  return total;
-}
-
-template <typename T>
-detail::Accumulator<T> Stat<T>::takeOpenWindowLocked() {
-  const ShardTable* table = state_.table.load(std::memory_order_relaxed);
-  detail::TensorWindow<T>* tensors =
-      table == nullptr ? nullptr : table->tensors;
-  if (tensors == nullptr || tensors->count() == 0) {
-    return harvest(/*reset=*/true);
-  }
-  int64_t lastShardCount = 0;
-  const detail::Accumulator<T> numbers =
-      harvest(/*reset=*/true, tensors->lastShard(), &lastShardCount);
-  return tensors->take(numbers, lastShardCount);
-}
-
-template <typename T>
-detail::ThreadShard<T>* Stat<T>::claimShard(int slot, bool locked) {
-  int16_t unowned = kNoSlot;
-  if (slot == firstSlot_.load(std::memory_order_relaxed) ||
-      firstSlot_.compare_exchange_strong(
-          unowned, int16_t(slot), std::memory_order_acq_rel)) {
-    return &firstShard_;
-  }
-  // A later thread: a shard of its own in the table. Only the thread owning
-  // `slot` ever creates that shard.
-  ShardTable* table = state_.table.load(std::memory_order_acquire);
-  if (table == nullptr) {
-    std::unique_lock<std::mutex> guard(mutex_, std::defer_lock);
-    if (!locked) {
-      guard.lock();
-    }
-    table = &tableLocked();
-  }
-  if (auto* own = table->shards[slot].load(std::memory_order_relaxed)) {
-    return own;
-  }
-  auto* own = new detail::CacheLineShard<T>();
-  table->shards[slot].store(own, std::memory_order_release);
-  return own;
-}
-
-template <typename T>
-std::pair<const void*, int64_t> Stat<T>::ownShardLocked() {
-  const int slot = detail::threadSlot();
-  const detail::ThreadShard<T>* shard = slot == detail::kOverflowSlot
-      ? tableLocked().shards[slot].load(std::memory_order_relaxed)
-      : claimShard(slot, /*locked=*/true);
-  // Only this thread writes its shard outside mutex_, so reading it here
-  // races with nothing (the overflow shard is written under mutex_ only).
-  return {shard, shard == nullptr ? 0 : shard->acc.count};
-}
-
-template <typename T>
-typename Stat<T>::ClosedWindow Stat<T>::closeLocked(
-    const detail::Accumulator<T>& closed,
-    int64_t endMs) {
-  prev_ = closed;
-  return ClosedWindow{closed, closed.count > 0, endMs};
-}
-
-template <typename T>
-std::vector<std::pair<Aggregation, T>> Stat<T>::aggregatesOf(
-    AggregationSet enabled,
-    const detail::Accumulator<T>& window) {
-  std::vector<std::pair<Aggregation, T>> out;
-  for (int i = 1; i < NUM_AGGREGATIONS; ++i) {
-    const auto aggregation = static_cast<Aggregation>(i);
-    if (!enabled.contains(aggregation)) {
-      continue;
-    }
-    switch (aggregation) {
-      case Aggregation::VALUE:
-        out.emplace_back(aggregation, window.value);
-        break;
-      case Aggregation::MEAN:
-        out.emplace_back(aggregation, window.mean());
-        break;
-      case Aggregation::COUNT:
-        out.emplace_back(aggregation, T(window.count));
-        break;
-      case Aggregation::SUM:
-        out.emplace_back(aggregation, window.sum);
-        break;
-      case Aggregation::MAX:
-        out.emplace_back(aggregation, window.max);
-        break;
-      case Aggregation::MIN:
-        out.emplace_back(aggregation, window.min);
-        break;
-      case Aggregation::NONE:
-        TORCH_INTERNAL_ASSERT(false, "NONE is never an enabled aggregation");
-    }
-  }
-  return out;
-}
-
-template <typename T>
-Event Stat<T>::eventOfWindow(
-    const std::string& name,
-    AggregationSet enabled,
-    const detail::Accumulator<T>& window) {
-  Event event;
-  event.name = kStatEventName;
-  event.timestamp = std::chrono::system_clock::now();
-  event.step = getStep();
-  const auto aggregates = aggregatesOf(enabled, window);
-  event.data.reserve(aggregates.size() + 1);
-  // The keys are built here, once per window, rather than kept in every
-  // stat: memory per stat matters more than a few string copies per window.
-  for (const auto& [aggregation, value] : aggregates) {
-    event.data.emplace(name + "." + aggregationName(aggregation), value);
-  }
-  return event;
-}
-
-template <typename T>
-std::optional<Event> Stat<T>::eventOf(const ClosedWindow& closed) const {
-  if (!closed.emit) {
-    return std::nullopt;
-  }
-  if (syncsRanks()) {
-    // Merged on the rank sync thread, from copies: this Stat may be gone by
-    // then. Ranks merge from the highest to the lowest with equal times, so
-    // VALUE is the lowest rank's that has samples (Accumulator::merge keeps
-    // the later share's value on a tie).
-    detail::MergedEventBuilder build =
-        [name = name_, enabled = aggregations_](
-            const std::vector<detail::RankShare>& shares)
-        -> std::optional<Event> {
-      detail::Accumulator<T> merged;
-      // The earliest step at which a rank with samples closed the window (a
-      // rank closes it lazily, at its next add).
-      std::optional<int64_t> step;
-      for (auto it = shares.rbegin(); it != shares.rend(); ++it) {
-        merged.merge(it->template accumulator<T>());
-        if (it->count > 0 && it->step >= 0) {
-          step = std::min(step.value_or(it->step), it->step);
+  // Read in place, in the tensor's own dtype: a CPU loss costs a dtype
+  // switch and a load, about what float(t) costs.
+  const at::Tensor host =
+      (values.device().is_cpu() ? values : values.cpu()).contiguous();
+  AT_DISPATCH_ALL_TYPES_AND3(
+      at::kBool, at::kHalf, at::kBFloat16, host.scalar_type(), "Stat.add", [&] {
+        const scalar_t* elements = host.const_data_ptr<scalar_t>();
+        for (int64_t i = 0, n = host.numel(); i < n; ++i) {
+          add(static_cast<T>(elements[i]));
         }
-      }
-      if (merged.count == 0) {
-        return std::nullopt;
-      }
-      Event event = eventOfWindow(name, enabled, merged);
-      event.step = step;
-      event.data.emplace("ranks", int64_t(shares.size()));
-      return event;
-    };
-    const auto share = detail::RankShare::of(closed.values, getStep());
-    if (detail::postRankWindow(
-            this, name_, rankWindowIndex(closed.endMs), share, std::move(build))) {
-      return std::nullopt;
-    }
-  }
-  return eventOfWindow(name_, aggregations_, closed.values);
-}
-
-template <typename T>
-int64_t Stat<T>::rankWindowIndex(int64_t endMs) const noexcept {
-  if (clock_ == ClockSource::STEP) {
-    return endMs / windowLength_; // the same steps on every rank
-  }
-  // Monotonic clocks differ between machines: the window is named by the
-  // wall-clock window holding its middle, which matches across ranks while
-  // their clocks agree to well within a window.
-  const int64_t wallNowMs =
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  const int64_t middle = endMs - windowLength_ / 2;
-  return (middle + (wallNowMs - readClock(clock_))) / windowLength_;
-}
-
-template <typename T>
-void Stat<T>::syncRanks(std::shared_ptr<const RankGroup> group) {
-  detail::enableRankSync(this, std::move(group));
-  syncRanks_.store(true, std::memory_order_relaxed);
-}
-
-template <typename T>
-void Stat<T>::emit(const ClosedWindow& closed) const {
-  if (auto event = eventOf(closed)) {
-    detail::dispatchEvent(*event);
-  }
-}
-
-template <typename T>
-std::optional<Event> Stat<T>::closeOpenWindow() {
-  ClosedWindow closed;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    if (capped_) {
-      closed = closeLocked(
-          state_.capped->current, state_.capped->windowId * windowLength_);
-      state_.capped->current = detail::Accumulator<T>();
-    } else {
-      closed = closeLocked(
-          takeOpenWindowLocked(), windowEndMs_.load(std::memory_order_relaxed));
-    }
-  }
-  return eventOf(closed);
-}
-
-template <typename T>
-std::optional<Event> Stat<T>::closeEndedWindow(int64_t& openEndMs) {
-  ClosedWindow closed;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    // This stat's own clock, as add() reads it: a later add() never sees a
-    // time before the window the timer closed.
-    const int64_t now = readClock(clock_);
-    if (capped_) {
-      CappedWindow& w = *state_.capped;
-      // A window an override of currentWindowId() drives ends when its
-      // answer changes, which only add() asks.
-      if (!w.driven && w.current.count > 0 && windowIdAt(now) != w.windowId) {
-        closeCappedLocked(closed, /*nextWindowId=*/0);
-      }
-      openEndMs = !w.driven && w.current.count > 0
-          ? w.windowId * windowLength_
-          : 0;
-    } else {
-      const int64_t end = windowEndMs_.load(std::memory_order_relaxed);
-      if (end != 0 && end != kDrivenByOverride && now >= end) {
-        closed = rollOverLocked(/*nextEndMs=*/0);
-      }
-      const int64_t open = windowEndMs_.load(std::memory_order_relaxed);
-      openEndMs = open == kDrivenByOverride ? 0 : open;
-    }
-  }
-  return eventOf(closed);
-}
-
-template <typename T>
-void Stat<T>::resetAfterForkInChild() {
-  // Only the thread that called fork() exists here, and it holds mutex_
-  // (lockBeforeFork). A shard whose owner was inside add() stays marked busy
-  // forever (a harvest would spin on it) and may hold a torn update; the
-  // samples of the open window are the parent's to log. So every shard and
-  // the capped window start empty; the last closed window (get()) stays.
-  const auto reset = [](detail::ThreadShard<T>& shard) {
-    shard.busy.store(0, std::memory_order_relaxed);
-    shard.frozen.store(0, std::memory_order_relaxed);
-    shard.acc = detail::Accumulator<T>();
-  };
-  if (capped_) {
-    state_.capped->current = detail::Accumulator<T>();
-  } else {
-    reset(firstShard_);
-    if (ShardTable* table = state_.table.load(std::memory_order_relaxed)) {
-      for (auto& slot : table->shards) {
-        if (auto* shard = slot.load(std::memory_order_relaxed)) {
-          reset(*shard);
-        }
-      }
-      // The device samples are the parent's too, and a forked child cannot
-      // use (or free) the parent's device memory: the window is dropped
-      // unfreed.
-      table->tensors = nullptr;
-    }
-  }
-  mutex_.unlock();
+      });
 }
 
 template <typename T>
 int64_t Stat<T>::count() const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  if (capped_) {
-    return state_.capped->current.count;
-  }
-  const ShardTable* table = state_.table.load(std::memory_order_relaxed);
-  const int64_t onDevices =
-      table != nullptr && table->tensors != nullptr ? table->tensors->count()
-                                                    : 0;
-  return harvest(/*reset=*/false).count + onDevices;
+  return this->openCount();
 }
 
 template <typename T>
 std::unordered_map<Aggregation, T, AggregationHash> Stat<T>::get() const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  const auto aggregates = aggregatesOf(aggregations_, prev_);
+  const auto aggregates = this->lastAggregates();
   return {aggregates.begin(), aggregates.end()};
+}
+
+template <typename T>
+void Stat<T>::syncRanks(std::shared_ptr<const RankGroup> group) {
+  this->joinRankSync(std::move(group));
 }
 
 std::chrono::milliseconds windowFromSeconds(double seconds) {
@@ -663,6 +239,7 @@ void closeAllStats() noexcept {
 static_assert(sizeof(Stat<double>) <= 248 && sizeof(Stat<int64_t>) <= 248);
 
 template class Stat<double>;
+
 template class Stat<int64_t>;
 
 } // namespace torch_monitor

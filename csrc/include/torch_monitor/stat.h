@@ -6,20 +6,13 @@
 #include <initializer_list>
 #include <limits>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/clock.h>
-#include <torch_monitor/detail/aggregation_list.h>
-#include <torch_monitor/detail/accumulator.h>
-#include <torch_monitor/detail/live_stats.h>
-#include <torch_monitor/detail/thread_shard.h>
-#include <torch_monitor/event.h>
+#include <torch_monitor/detail/stat_engine.h>
 #include <torch_monitor/export.h>
 
 namespace at {
@@ -27,10 +20,6 @@ class Tensor;
 } // namespace at
 
 namespace torch_monitor {
-namespace detail {
-template <typename T>
-class TensorWindow;
-} // namespace detail
 struct RankGroup; // rank_sync.h
 
 // A window length in training steps (step.h), for the Stat constructor:
@@ -59,9 +48,9 @@ enum class WindowClose : uint8_t {
 // "<name>.<aggregation>" key per enabled aggregation.
 //
 // With the default (unbounded) maxSamples, add() is lock-free and each thread
-// accumulates into a shard of its own (see detail/thread_shard.h); with a
-// finite maxSamples the per-window cap needs one exact count, so add() takes
-// the stat's mutex.
+// accumulates into a shard of its own (the engine: detail/stat_engine.h and
+// detail/thread_shard.h); with a finite maxSamples the per-window cap needs
+// one exact count, so add() takes the stat's mutex.
 //
 // Every live Stat is known to a process-wide registry (joined at
 // construction, left at destruction, never touched by add()), so that
@@ -79,7 +68,7 @@ enum class WindowClose : uint8_t {
 // Thread safety: no concurrent call to any API of this type causes a data
 // race, and no sample is lost or counted twice across a window close.
 template <typename T>
-class TORCH_MONITOR_API Stat : private detail::LiveStat {
+class TORCH_MONITOR_API Stat : private detail::StatEngine<T> {
  public:
   static constexpr int64_t kUnlimitedSamples =
       std::numeric_limits<int64_t>::max();
@@ -140,17 +129,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // if it has ended. The sample is added even when a handler of the closing
   // event throws; that exception then propagates after every handler ran.
   void add(T v) {
-    if (capped_) {
-      addCapped(v);
-      return;
-    }
-    const int64_t now = readClock(clock_);
-    if (__builtin_expect(
-            now >= windowEndMs_.load(std::memory_order_acquire), 0)) {
-      addAfterRollOver(v, now);
-    } else {
-      addSharded(v, now);
-    }
+    this->addSample(v);
   }
 
   // Adds every element of `values` as one sample, in flattened order,
@@ -164,7 +143,7 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   void add(const at::Tensor& values);
 
   const std::string& name() const noexcept {
-    return name_;
+    return this->name_;
   }
   // Samples accepted in the open window.
   int64_t count() const;
@@ -176,20 +155,21 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // windowSteps() for step windows (0 for time windows).
   std::chrono::milliseconds windowSize() const noexcept {
     return std::chrono::milliseconds(
-        clock_ == ClockSource::STEP ? 0 : windowLength_);
+        this->clock_ == ClockSource::STEP ? 0 : this->windowLength_);
   }
   int64_t windowSteps() const noexcept {
-    return clock_ == ClockSource::STEP ? windowLength_ : 0;
+    return this->clock_ == ClockSource::STEP ? this->windowLength_ : 0;
   }
   int64_t maxSamples() const noexcept {
-    return capped_ ? state_.capped->maxSamples : kUnlimitedSamples;
+    return this->capped_ ? this->state_.capped->maxSamples
+                         : kUnlimitedSamples;
   }
   WindowClose windowClose() const noexcept {
-    return windowClose_;
+    return this->closedOnTime_ ? WindowClose::ON_TIME : WindowClose::LAZY;
   }
   // As given to the constructor (duplicates kept).
   std::vector<Aggregation> aggregations() const {
-    return aggregationList_.unpack();
+    return this->aggregationList_.unpack();
   }
 
   // Merges this Stat's windows across the ranks of `group` (nullptr: the
@@ -203,8 +183,9 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // docs/distributed.md.
   void syncRanks(std::shared_ptr<const RankGroup> group);
   bool syncsRanks() const noexcept {
-    return syncRanks_.load(std::memory_order_relaxed);
+    return this->syncRanks_.load(std::memory_order_relaxed);
   }
+
  protected:
   // The id of the window a sample added now belongs to (at least 1):
   // torch::monitor's override point, which tests override to drive the
@@ -217,37 +198,10 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // then asks it, and a window ends when its answer changes (also for
   // WindowClose::ON_TIME, whose timer then leaves the stat alone).
   // Called with the stat's mutex held: an override must not call the stat.
-  virtual uint64_t currentWindowId() const;
+  //   virtual uint64_t currentWindowId() const;  (declared by the engine)
+  using detail::StatEngine<T>::currentWindowId;
 
  private:
-  struct ClosedWindow {
-    detail::Accumulator<T> values;
-    bool emit = false;
-    int64_t endMs = 0; // the window's end, in clock_'s units
-  };
-  // The shards of the threads after the first one to add (the overflow
-  // shard last), created when a second thread adds.
-  // Also holds the samples added as device tensors, created by the first
-  // such add: stats that never get one pay nothing for them.
-  struct ShardTable {
-    std::atomic<detail::CacheLineShard<T>*>
-        shards[detail::kMaxThreadSlots + 1] = {};
-    detail::TensorWindow<T>* tensors = nullptr; // guarded by mutex_
-    // The open window's id while an override of currentWindowId() drives
-    // the windows (guarded by mutex_).
-    int64_t drivenWindowId = 0;
-  };
-  // Capped mode only: torch::monitor's window state machine.
-  struct CappedWindow {
-    explicit CappedWindow(int64_t max) : maxSamples(max) {}
-    const int64_t maxSamples;
-    detail::Accumulator<T> current;
-    int64_t windowId = 0; // 0: none (before the first add, after the timer)
-    int64_t lastClosedWindowId = 0;
-    bool driven = false; // by an override of currentWindowId()
-  };
-  static constexpr int16_t kNoSlot = -1;
-
   // Both public constructors: a window of `length` units of `clock`.
   Stat(
       std::string name,
@@ -256,141 +210,6 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
       int64_t length,
       int64_t maxSamples,
       WindowClose windowClose);
-
-  void addSharded(T v, int64_t now) {
-    const int slot = detail::threadSlot();
-    detail::ThreadShard<T>* shard = &firstShard_;
-    // One compare for the first thread to add, which is most often the only
-    // one.
-    if (__builtin_expect(
-            slot != firstSlot_.load(std::memory_order_relaxed), 0)) {
-      const ShardTable* table = state_.table.load(std::memory_order_acquire);
-      shard = table != nullptr && slot != detail::kOverflowSlot
-          ? table->shards[slot].load(std::memory_order_acquire)
-          : nullptr;
-      if (shard == nullptr) {
-        addToNewOrSharedShard(slot, v, now);
-        return;
-      }
-    }
-    shard->enter();
-    shard->acc.add(v, now);
-    shard->leave();
-  }
-  void addAfterRollOver(T v, int64_t now);
-  // Asks currentWindowId() for the window of a sample added now; `driven`
-  // tells whether an override answered rather than this stat's own clock.
-  int64_t askWindowId(bool& driven) const;
-  // Closes the open window if it ended before `now` and opens the one
-  // holding `now`; returns the closed window for emission outside the lock
-  // (callers hold mutex_).
-  ClosedWindow closeIfEndedLocked(int64_t now);
-  // Closes the open window (if it holds samples) and opens the one ending at
-  // nextEndMs; 0 opens none, until the next add (callers hold mutex_).
-  ClosedWindow rollOverLocked(int64_t nextEndMs);
-  // Capped mode: closes the current window and makes nextWindowId current;
-  // 0 makes none current, until the next add (callers hold mutex_).
-  void closeCappedLocked(ClosedWindow& out, int64_t nextWindowId);
-  // The first add of a thread, or any add from the overflow slot.
-  void addToNewOrSharedShard(int slot, T v, int64_t now);
-  // The shard table, created on first use (callers hold mutex_).
-  ShardTable& tableLocked();
-  // Reads the clock under the mutex: a reading taken before it could be
-  // older than a window another thread has opened meanwhile.
-  void addCapped(T v);
-  // Collects every shard's share of the open window (callers hold mutex_).
-  // When `probe` is one of the shards, *probeCount gets its sample count.
-  detail::Accumulator<T> harvest(
-      bool reset,
-      const void* probe = nullptr,
-      int64_t* probeCount = nullptr) const;
-  // Takes the whole open window, the device tensors' samples included
-  // (callers hold mutex_).
-  detail::Accumulator<T> takeOpenWindowLocked();
-  // Adds a tensor that is not on the CPU (see add(const at::Tensor&)).
-  void addOnDevice(const at::Tensor& values);
-  // The shard of the thread holding `slot` (not the overflow slot), claimed
-  // or created on its first use; `locked` when the caller holds mutex_.
-  detail::ThreadShard<T>* claimShard(int slot, bool locked);
-  // The calling thread's shard (claimed if need be) and its sample count;
-  // (nullptr, 0) for an overflow thread before any of them added a number
-  // (callers hold mutex_).
-  std::pair<const void*, int64_t> ownShardLocked();
-  // Makes `closed`, which ends at endMs, the previous window; returns it for
-  // emission outside the lock (callers hold mutex_).
-  ClosedWindow closeLocked(const detail::Accumulator<T>& closed, int64_t endMs);
-  // The event of a window, or nothing for an empty one or one a synced Stat
-  // posted to its rank group.
-  std::optional<Event> eventOf(const ClosedWindow& closed) const;
-  // The index that names the window ending at endMs on every rank.
-  int64_t rankWindowIndex(int64_t endMs) const noexcept;
-  void emit(const ClosedWindow& closed) const;
-
-  // detail::LiveStat, for closeAllStats() and fork().
-  std::optional<Event> closeOpenWindow() override;
-  std::optional<Event> closeEndedWindow(int64_t& openEndMs) override;
-  void lockBeforeFork() override {
-    mutex_.lock();
-  }
-  void unlockAfterForkInParent() override {
-    mutex_.unlock();
-  }
-  void resetAfterForkInChild() override;
-  // (aggregation, aggregate) per aggregation of `enabled`, in ascending
-  // order.
-  static std::vector<std::pair<Aggregation, T>> aggregatesOf(
-      AggregationSet enabled,
-      const detail::Accumulator<T>& window);
-  // A window's event: one "<name>.<aggregation>" key per enabled one.
-  static Event eventOfWindow(
-      const std::string& name,
-      AggregationSet enabled,
-      const detail::Accumulator<T>& window);
-  int64_t windowIdAt(int64_t nowMs) const noexcept {
-    return nowMs / windowLength_ + 1;
-  }
-
-  // The layout keeps a stat small (about as small as torch::monitor's) and
-  // keeps firstShard_, which its owner writes on every add, off the cache
-  // lines of the fields that other threads' adds read (the first three), of
-  // the bytes that locking writes, and of neighbouring heap blocks: at least
-  // 56 bytes of rarely written fields on each side (heap blocks are 16-byte
-  // aligned).
-
-  // End (exclusive, in clock_'s units: monotonic ms or steps) of the open
-  // window; 0 before the first add and after the window timer closed a
-  // window; kDrivenByOverride once an override of currentWindowId() drives
-  // the windows (every add then takes the slow path).
-  std::atomic<int64_t> windowEndMs_{0};
-  static constexpr int64_t kDrivenByOverride =
-      std::numeric_limits<int64_t>::min();
-  // The slot of the thread that owns firstShard_, kNoSlot before the first
-  // add. The overflow slot never owns it.
-  std::atomic<int16_t> firstSlot_{kNoSlot};
-  const bool capped_;
-  const ClockSource clock_;
-  // In the bytes AggregationSet left free: costs no memory.
-  const WindowClose windowClose_;
-  const AggregationSet aggregations_;
-  // Set once by syncRanks(); the group itself lives in rank_sync.cpp's
-  // table, so Stats that never sync pay one byte.
-  std::atomic<bool> syncRanks_{false};
-  // The mode (capped_) never changes, so its state shares one pointer.
-  union ModeState {
-    explicit ModeState(CappedWindow* c) : capped(c) {}
-    ModeState() : table(nullptr) {}
-    std::atomic<ShardTable*> table; // unlimited: written under mutex_
-    CappedWindow* capped; // capped: owned, created by the constructor
-  } state_;
-
-  const int64_t windowLength_; // the window length, in clock_'s units
-  // Guards window closing, prev_, the shard table's creation, the overflow
-  // shard and the capped state.
-  mutable std::mutex mutex_;
-  const std::string name_;
-  detail::ThreadShard<T> firstShard_;
-  detail::Accumulator<T> prev_;
-  const detail::PackedAggregationList aggregationList_;
 };
 
 // Converts a window given in seconds (Python's convention) to the whole
