@@ -51,6 +51,7 @@ enum class ForkStage : uint8_t {
 
 // What a part does around fork(): `prepare` in the forking thread just
 // before, `inParent` and `inChild` just after (each may be nullptr).
+// Thread safety: a plain value, constant once registered.
 struct ForkHooks {
   void (*prepare)();
   void (*inParent)();

@@ -79,6 +79,8 @@ struct BufferOptions {
 // record offered in the child is reported once (then ignored). Writers
 // made in the child work normally. The one lock a child may still take
 // (mutex_, via currentPath()) is held across fork() (ForkSafeLocks).
+// Thread safety: start() once, by its owner; then every method from any
+// thread, concurrently with each other and with the flusher thread.
 class TORCH_MONITOR_API BufferedFileWriter {
  public:
   BufferedFileWriter(
