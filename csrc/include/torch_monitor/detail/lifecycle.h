@@ -9,8 +9,8 @@
 // Every part of the library with process-wide state registers its hooks here
 // under a stage, and the stage alone decides when the hooks run relative to
 // the other parts' (not the order in which the parts were first used). One
-// pthread_atfork() call runs the fork hooks; one std::atexit() call runs the
-// exit hooks.
+// pthread_atfork() call runs the fork hooks; one std::atexit() call and,
+// for the last stage, one static object run the exit hooks.
 //
 // A part registers when it builds its state (often lazily, on first use) and
 // may rely on its hooks running only from then on. Each stage is registered
