@@ -36,7 +36,8 @@ enum class ForkStage : uint8_t {
   // The rank sync thread's state: child only (the parent's Store
   // connections and queue are not the child's).
   kRankSync,
-  // The locks enrolled with ForkSafeLocks (fork_safe_locks.h): the sinks'.
+  // The locks enrolled with ForkSafeLocks (fork_safe_locks.h: the sinks',
+  // the Python binding's warning queue) and ForkSafeMutex's renewal lock.
   kForkSafeLocks,
   // The live-stat registry's mutex, then every Stat's.
   kLiveStats,
