@@ -13,13 +13,12 @@
 #include "py_common.h"
 
 #include <mutex>
-#include <new>
 #include <string>
 #include <vector>
 
-#include <pthread.h>
-
 #include <torch_monitor/background_warnings.h>
+#include <torch_monitor/detail/fork_safe_locks.h>
+#include <torch_monitor/detail/lifecycle.h>
 
 namespace torch_monitor::python {
 namespace {
@@ -29,6 +28,10 @@ struct QueuedWarnings {
   std::vector<std::string> messages;
   bool toPython = false; // Python runs and takes them
   bool scheduled = false; // a call of deliverQueued() is pending
+  // The forked child has one thread: a lock held by a vanished thread of
+  // the parent is made anew.
+  torch_monitor::detail::ForkSafeLocks forkLocks{
+      torch_monitor::detail::ForkLockMode::kResetInChild, {&mutex}};
 };
 
 // Never destroyed: background threads may warn during static destruction.
@@ -78,14 +81,15 @@ void queueForPython(const c10::Warning& warning) {
   }
 }
 
-// The forked child has one thread: a lock held by a vanished thread of the
-// parent is made anew, and the parent's queued warnings are not repeated.
-void resetInForkedChild() {
+// The parent's queued warnings are not repeated in a forked child (its
+// binding stage runs after the lock was made anew).
+void clearInForkedChild() {
   QueuedWarnings& q = queued();
-  new (&q.mutex) std::mutex();
   q.messages.clear();
   q.scheduled = false;
 }
+constexpr torch_monitor::detail::ForkHooks kForkHooks{
+    nullptr, nullptr, &clearInForkedChild};
 
 } // namespace
 
@@ -95,9 +99,8 @@ void initBackgroundWarnings(py::module_& m) {
     std::lock_guard<std::mutex> guard(q.mutex);
     q.toPython = true;
   }
-  static const bool forkHookSet =
-      pthread_atfork(nullptr, nullptr, &resetInForkedChild) == 0;
-  (void)forkHookSet;
+  torch_monitor::detail::onFork(
+      torch_monitor::detail::ForkStage::kBinding, kForkHooks);
   setBackgroundWarningSink(&queueForPython);
   m.def(
       "_stop_background_warnings",

@@ -7,10 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include <pthread.h>
-
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/detail/thread_shard.h>
 
@@ -60,10 +59,11 @@ Registry& registry() {
     // A thread that logs or (un)registers during fork() would leave the
     // child a locked mutex and no thread to unlock it; holding it across
     // fork() means the child inherits it unlocked by its own thread.
-    pthread_atfork(
+    static constexpr detail::ForkHooks kHooks{
         [] { registry().mutex.lock(); },
         [] { registry().mutex.unlock(); },
-        [] { registry().mutex.unlock(); });
+        [] { registry().mutex.unlock(); }};
+    detail::onFork(detail::ForkStage::kEventHandlers, kHooks);
     return r;
   }();
   return *instance;

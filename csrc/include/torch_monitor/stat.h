@@ -24,6 +24,7 @@ struct RankGroup; // rank_sync.h
 
 // A window length in training steps (step.h), for the Stat constructor:
 // `Stat<double> loss("loss", {Aggregation::MEAN}, WindowSteps{100});`.
+// Thread safety: a plain value.
 struct WindowSteps {
   int64_t steps;
 };

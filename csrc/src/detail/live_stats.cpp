@@ -1,7 +1,6 @@
 #include <torch_monitor/detail/live_stats.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <vector>
@@ -10,6 +9,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/event_handler.h>
 
 namespace torch_monitor {
@@ -56,11 +56,11 @@ struct LiveStatRegistry {
   static LiveStatRegistry& get() {
     static LiveStatRegistry* instance = [] {
       auto* r = new LiveStatRegistry();
-      pthread_atfork(&prepareFork, &afterForkInParent, &afterForkInChild);
-      // Registered after the library's static objects were constructed (the
-      // sinks' flush-at-exit among them), so it runs before they are
-      // destroyed: the last windows reach the sinks before those flush.
-      std::atexit(&closeAllLiveStats);
+      static constexpr ForkHooks kHooks{
+          &prepareFork, &afterForkInParent, &afterForkInChild};
+      onFork(ForkStage::kLiveStats, kHooks);
+      // Before the file writers' final flush: the last windows reach them.
+      onExit(ExitStage::kLiveStats, &closeAllLiveStats);
       return r;
     }();
     return *instance;

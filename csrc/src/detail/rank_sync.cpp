@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -15,12 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include <pthread.h>
-
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <torch_monitor/background_warnings.h>
+#include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/detail/live_stats.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
@@ -149,11 +147,11 @@ struct RankSync {
     static RankSync* sync = [] {
       auto* s = new RankSync();
       instance.store(s, std::memory_order_release);
-      pthread_atfork(nullptr, nullptr, &afterForkInChild);
-      std::atexit([] {
-        // This hook runs before closeAllStats()'s (registered earlier), so
-        // the last windows are closed here, then merged, then the thread
-        // stops.
+      static constexpr ForkHooks kHooks{nullptr, nullptr, &afterForkInChild};
+      onFork(ForkStage::kRankSync, kHooks);
+      onExit(ExitStage::kRankSync, [] {
+        // Before closeAllStats()'s stage: the last windows are closed here,
+        // then merged, then the thread stops.
         closeAllLiveStats();
         waitForRankSync();
         RankSync& s = get();
@@ -349,10 +347,10 @@ struct RankSync {
   // The child shares the parent's Store connections and has no sync thread:
   // its synced Stats log locally; the parent posts what it queued. No
   // prepare hook takes the mutex before fork(): postRankWindow runs under
-  // the live-stat registry's and the window timer's locks, whose own fork
-  // hooks would then order those locks against ours. Instead the child,
-  // where only the forking thread exists, starts from fresh state; the old
-  // one (perhaps torn by a thread that held the mutex) is leaked, unread.
+  // the live-stat registry's and the window timer's locks (and a Stat's),
+  // so its stage would have to come after theirs. Instead the child, where
+  // only the forking thread exists, starts from fresh state; the old one
+  // (perhaps torn by a thread that held the mutex) is leaked, unread.
   static void afterForkInChild() {
     RankSync& s = get();
     new (&s.mutex) std::mutex();

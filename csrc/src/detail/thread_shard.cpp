@@ -10,6 +10,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <torch_monitor/detail/lifecycle.h>
+
 namespace torch_monitor::detail {
 
 __thread int threadSlotPlusOne __attribute__((tls_model("initial-exec"))) = 0;
@@ -39,7 +41,7 @@ SlotTable& slotTable() {
     // must not stay held by a thread that was assigning or freeing a slot,
     // and the other threads' slots are free again (their shards are reset
     // by the Stats' own fork hooks).
-    pthread_atfork(
+    static constexpr ForkHooks kHooks{
         [] { slotTable().mutex.lock(); },
         [] { slotTable().mutex.unlock(); },
         [] {
@@ -50,7 +52,8 @@ SlotTable& slotTable() {
             table.used.set(own);
           }
           table.mutex.unlock();
-        });
+        }};
+    onFork(ForkStage::kThreadSlots, kHooks);
     return t;
   }();
   return *table;
@@ -101,10 +104,11 @@ void ensureAsymmetricBarrier() {
   static std::once_flag once;
   std::call_once(once, [] {
     heavyBarrierAvailable.store(registerMembarrier(), std::memory_order_relaxed);
-    pthread_atfork(nullptr, nullptr, [] {
+    static constexpr ForkHooks kHooks{nullptr, nullptr, [] {
       heavyBarrierAvailable.store(
           registerMembarrier(), std::memory_order_relaxed);
-    });
+    }};
+    onFork(ForkStage::kAsymmetricBarrier, kHooks);
   });
 }
 

@@ -4,19 +4,17 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <new>
 #include <thread>
 #include <vector>
 
-#include <pthread.h>
-
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/background_warnings.h>
 #include <torch_monitor/clock.h>
+#include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/detail/live_stats.h>
 #include <torch_monitor/event_handler.h>
 
@@ -43,11 +41,10 @@ void dispatchLogged(const Event& event) noexcept {
 
 // Lock order: the timer's mutex, then a Stat's (inside closeEndedWindow).
 // Handlers run with neither held, so they may take the GIL and create or
-// destroy timed Stats. The timer is created by the first timed Stat, after
-// that Stat joined the live-stat registry, so its fork handlers are
-// registered after the registry's: the prepare hook (run in reverse order)
-// takes this mutex before the registry takes the Stats' locks, and the child
-// hook runs after the registry dropped the Stats of vanished threads.
+// destroy timed Stats. Its fork stage comes first (lifecycle.h): the prepare
+// hook takes this mutex before the registry takes the Stats' locks, and the
+// child hook runs last, after the registry dropped the Stats of vanished
+// threads and every other part is usable again for the new thread.
 struct WindowTimer {
   std::mutex mutex;
   std::condition_variable wake; // the thread waits: new Stat, stop, poll
@@ -66,9 +63,11 @@ struct WindowTimer {
   static WindowTimer& get() {
     static WindowTimer* timer = [] {
       auto* t = new WindowTimer();
-      pthread_atfork(&prepareFork, &afterForkInParent, &afterForkInChild);
-      // Registered after closeAllStats()'s hook, so it runs before it.
-      std::atexit([] { stopWindowTimer(); });
+      static constexpr ForkHooks kHooks{
+          &prepareFork, &afterForkInParent, &afterForkInChild};
+      onFork(ForkStage::kWindowTimer, kHooks);
+      // Stopped before closeAllStats() runs at exit.
+      onExit(ExitStage::kWindowTimer, &stopWindowTimer);
       instance.store(t, std::memory_order_release);
       return t;
     }();
@@ -206,7 +205,7 @@ void leaveWindowTimer(LiveStat* stat) noexcept {
 } // namespace detail
 
 void stopWindowTimer() noexcept {
-  // Never creates the timer: its fork hooks must come after the registry's.
+  // Never creates the timer: a process that has none has nothing to stop.
   auto* t = detail::WindowTimer::instance.load(std::memory_order_acquire);
   if (t == nullptr) {
     return;

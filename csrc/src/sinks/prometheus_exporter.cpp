@@ -20,6 +20,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/background_warnings.h>
+#include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/sinks/detail/http_request.h>
 
@@ -311,23 +312,25 @@ namespace {
 struct LiveExporters {
   std::mutex mutex;
   std::vector<PrometheusExporter*> all;
-  detail::ForkSafeLocks forkLocks{detail::ForkLockMode::kInner, {&mutex}};
+  torch_monitor::detail::ForkSafeLocks forkLocks{
+      torch_monitor::detail::ForkLockMode::kInner, {&mutex}};
 
   static LiveExporters& get() {
     // Never destroyed: exporters may be destroyed during static destruction.
     static LiveExporters* live = [] {
       auto* l = new LiveExporters();
-      std::atexit([] {
-        auto& self = LiveExporters::get();
-        std::vector<PrometheusExporter*> all;
-        {
-          std::lock_guard<std::mutex> guard(self.mutex);
-          all = self.all;
-        }
-        for (PrometheusExporter* e : all) {
-          e->close();
-        }
-      });
+      torch_monitor::detail::onExit(
+          torch_monitor::detail::ExitStage::kPrometheusExporters, [] {
+            auto& self = LiveExporters::get();
+            std::vector<PrometheusExporter*> all;
+            {
+              std::lock_guard<std::mutex> guard(self.mutex);
+              all = self.all;
+            }
+            for (PrometheusExporter* e : all) {
+              e->close();
+            }
+          });
       return l;
     }();
     return *live;

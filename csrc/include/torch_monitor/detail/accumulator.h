@@ -8,6 +8,9 @@ namespace torch_monitor::detail {
 // The running aggregates of one window (or of one thread's share of it).
 // Every aggregate is always updated: that is cheaper than testing which ones
 // are enabled, and only the enabled ones are ever reported.
+// Thread safety: none of its own; a shard's owner and the harvester share
+// one through ThreadShard's handshake, and the others are guarded by their
+// Stat's mutex.
 template <typename T>
 struct Accumulator {
   T value{0};

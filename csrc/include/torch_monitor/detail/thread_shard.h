@@ -66,6 +66,9 @@ inline void cpuRelax() noexcept {
 // One thread's share of a Stat's open window. The first thread that adds to
 // a Stat keeps its shard inside the Stat (which surrounds it with fields that
 // the hot path never writes); later threads get a CacheLineShard each.
+// Thread safety: enter()/leave() on the owning thread and freeze()/drain()
+// on the harvester (under the Stat's mutex) may run concurrently: that is
+// the handshake above; nothing else may.
 template <typename T>
 struct ThreadShard {
   std::atomic<uint32_t> busy{0}; // written by the owner only

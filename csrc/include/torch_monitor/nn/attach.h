@@ -28,6 +28,7 @@ namespace detail {
 
 // What the hooks of an attached monitor drive; type-erased so that the hook
 // bodies (path resolution, reading the train/eval mode) live in the library.
+// Thread safety: as the monitor it drives.
 class TORCH_MONITOR_API AttachedMonitor {
  public:
   virtual ~AttachedMonitor();
@@ -64,6 +65,8 @@ template <typename T>
 struct HasForget<T, std::void_t<decltype(std::declval<T&>().forget())>>
     : std::true_type {};
 
+// An AttachedMonitor for any monitor type with before()/after().
+// Thread safety: as `Monitor`.
 template <typename Monitor>
 class MonitorAdapter final : public AttachedMonitor {
  public:

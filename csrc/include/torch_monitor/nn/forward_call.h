@@ -21,6 +21,7 @@ namespace detail {
 
 // One argument or result, seen through a pointer and its type. `isConst`
 // records whether the caller handed it over const (then hooks may not write).
+// Thread safety: a plain value; what it points to is the caller's.
 struct ErasedRef {
   const void* ptr = nullptr;
   const std::type_info* type = nullptr;

@@ -52,9 +52,8 @@ class TORCH_MONITOR_API ConsoleHandler final : public Sink {
   std::atomic<bool> readerGone_{false};
   // mutex_ may be held across a write to a stalled stream and guards no
   // data: fork() does not wait for it, the child gets it unlocked.
-  detail::ForkSafeLocks forkLocks_{
-      detail::ForkLockMode::kResetInChild,
-      {&mutex_}};
+  torch_monitor::detail::ForkSafeLocks forkLocks_{
+      torch_monitor::detail::ForkLockMode::kResetInChild, {&mutex_}};
 };
 
 // "stdout" / "stderr" <-> ConsoleStream; an unknown name is a

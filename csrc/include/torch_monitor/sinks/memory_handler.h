@@ -47,7 +47,8 @@ class TORCH_MONITOR_API MemoryHandler final : public Sink {
   size_t next_ = 0; // slot the next event goes to, once full
   int64_t overwritten_ = 0;
   // Held across fork(): a forked child finds the ring whole and unlocked.
-  detail::ForkSafeLocks forkLocks_{detail::ForkLockMode::kInner, {&mutex_}};
+  torch_monitor::detail::ForkSafeLocks forkLocks_{
+      torch_monitor::detail::ForkLockMode::kInner, {&mutex_}};
 };
 
 } // namespace torch_monitor::sinks

@@ -45,8 +45,8 @@ class TORCH_MONITOR_API PrometheusTextFile final : public Sink {
   const prometheus::Labels checked_;
   prometheus::Snapshot snapshot_;
   std::mutex writeMutex_; // one writer of the temporary file at a time
-  detail::ForkSafeLocks forkLocks_{
-      detail::ForkLockMode::kResetInChild, {&writeMutex_}};
+  torch_monitor::detail::ForkSafeLocks forkLocks_{
+      torch_monitor::detail::ForkLockMode::kResetInChild, {&writeMutex_}};
 };
 
 } // namespace torch_monitor::sinks

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include <torch_monitor/event_handler.h>
+#include <torch_monitor/detail/fork_safe_locks.h>
 #include <torch_monitor/export.h>
-#include <torch_monitor/sinks/detail/fork_safe_locks.h>
 
 namespace torch_monitor::sinks {
 
@@ -56,7 +56,8 @@ class TORCH_MONITOR_API ProblemLog {
   std::unordered_set<std::string> keys_;
   std::vector<std::string> messages_;
   // A forked child may report too: the set must be whole there.
-  detail::ForkSafeLocks forkLocks_{detail::ForkLockMode::kInner, {&mutex_}};
+  torch_monitor::detail::ForkSafeLocks forkLocks_{
+      torch_monitor::detail::ForkLockMode::kInner, {&mutex_}};
 };
 
 // The event names a sink accepts: a fixed list, or every name when empty.
@@ -146,8 +147,8 @@ class TORCH_MONITOR_API Sink : public EventHandler,
   // Both are held across calls that take other locks (the handler registry,
   // a writer's join) and guard no data a forked child needs beyond a bool:
   // fork() does not wait for them, the child gets them unlocked.
-  detail::ForkSafeLocks forkLocks_{
-      detail::ForkLockMode::kResetInChild,
+  torch_monitor::detail::ForkSafeLocks forkLocks_{
+      torch_monitor::detail::ForkLockMode::kResetInChild,
       {&registrationMutex_, &closeMutex_}};
 };
 

@@ -7,7 +7,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,25 +27,24 @@ std::atomic<int> gWriteErrorForTesting{0};
 struct LiveWriters {
   std::mutex mutex;
   std::vector<BufferedFileWriter*> writers;
-  ForkSafeLocks forkLocks{ForkLockMode::kOuter, {&mutex}};
+  torch_monitor::detail::ForkSafeLocks forkLocks{
+      torch_monitor::detail::ForkLockMode::kOuter, {&mutex}};
 };
 LiveWriters& liveWriters() {
   static auto* instance = new LiveWriters();
   return *instance;
 }
 
-// Constructed when the library is loaded, so its destructor runs at exit (or
-// dlclose) before those of the libraries we depend on (c10's warning
-// machinery stays usable).
-struct CloseAllAtExit {
-  ~CloseAllAtExit() {
-    BufferedFileWriter::closeAll();
-  }
-} gCloseAllAtExit;
-
-void onForkChild() {
-  BufferedFileWriter::forkGeneration().fetch_add(1, std::memory_order_relaxed);
-}
+// Every writer is closed by the last exit stage (lifecycle.h): when the
+// library unloads, after the last windows were logged, and before the
+// libraries we depend on are finalised (c10's warning machinery stays
+// usable).
+const bool kClosedAtUnload = [] {
+  torch_monitor::detail::onExit(
+      torch_monitor::detail::ExitStage::kFileWriters,
+      &BufferedFileWriter::closeAll);
+  return true;
+}();
 
 std::string errorText(int error) {
   return std::string(std::strerror(error)) + " (errno " +
@@ -96,11 +94,6 @@ std::string formatSeconds(std::chrono::milliseconds ms) {
 
 } // namespace
 
-std::atomic<uint64_t>& BufferedFileWriter::forkGeneration() noexcept {
-  static std::atomic<uint64_t> generation{0};
-  return generation;
-}
-
 BufferedFileWriter::BufferedFileWriter(
     FileLayout layout,
     BufferOptions options,
@@ -108,7 +101,7 @@ BufferedFileWriter::BufferedFileWriter(
     : layout_(std::move(layout)),
       options_(options),
       problems_(problems),
-      generation_(forkGeneration().load(std::memory_order_relaxed)),
+      generation_(torch_monitor::detail::forkGeneration()),
       creatorPid_(::getpid()),
       reportedChild_(generation_),
       maxBufferBytes_(options.maxBufferBytes),
@@ -124,10 +117,6 @@ BufferedFileWriter::BufferedFileWriter(
       " ms");
   TORCH_CHECK_VALUE(
       options_.maxBufferBytes > 0, "max_buffer_bytes must be positive");
-  static std::once_flag atforkOnce;
-  std::call_once(atforkOnce, [] {
-    pthread_atfork(nullptr, nullptr, &onForkChild);
-  });
   auto& live = liveWriters();
   std::lock_guard<std::mutex> guard(live.mutex);
   live.writers.push_back(this);
@@ -183,7 +172,7 @@ void BufferedFileWriter::reportDropped() {
 }
 
 void BufferedFileWriter::reportForkedChild() {
-  const uint64_t generation = forkGeneration().load(std::memory_order_relaxed);
+  const uint64_t generation = torch_monitor::detail::forkGeneration();
   if (reportedChild_.exchange(generation, std::memory_order_relaxed) ==
       generation) {
     return;
@@ -199,7 +188,7 @@ void BufferedFileWriter::reportForkedChild() {
 }
 
 void BufferedFileWriter::flush() {
-  if (forkGeneration().load(std::memory_order_relaxed) != generation_) {
+  if (torch_monitor::detail::forkGeneration() != generation_) {
     return;
   }
   std::lock_guard<std::mutex> io(ioMutex_);
@@ -426,7 +415,7 @@ void BufferedFileWriter::reportOpenFailure(const std::string& path, int error) {
 }
 
 void BufferedFileWriter::close() {
-  if (forkGeneration().load(std::memory_order_relaxed) != generation_) {
+  if (torch_monitor::detail::forkGeneration() != generation_) {
     // A forked child: the flusher thread does not exist here (joining or
     // destroying its handle is undefined), ioMutex_ may have been held by a
     // parent thread at the fork, and the file descriptor and the buffered

@@ -16,8 +16,9 @@
 
 #include <sys/types.h>
 
+#include <torch_monitor/detail/fork_safe_locks.h>
+#include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/export.h>
-#include <torch_monitor/sinks/detail/fork_safe_locks.h>
 #include <torch_monitor/sinks/sink.h>
 
 namespace torch_monitor::sinks::detail {
@@ -78,6 +79,8 @@ struct BufferOptions {
 // record offered in the child is reported once (then ignored). Writers
 // made in the child work normally. The one lock a child may still take
 // (mutex_, via currentPath()) is held across fork() (ForkSafeLocks).
+// Thread safety: start() once, by its owner; then every method from any
+// thread, concurrently with each other and with the flusher thread.
 class TORCH_MONITOR_API BufferedFileWriter {
  public:
   BufferedFileWriter(
@@ -98,7 +101,7 @@ class TORCH_MONITOR_API BufferedFileWriter {
   // once closed, and in a forked child (reported once).
   template <typename Encode>
   void append(Encode&& encode) {
-    if (forkGeneration().load(std::memory_order_relaxed) != generation_) {
+    if (torch_monitor::detail::forkGeneration() != generation_) {
       reportForkedChild(); // the parent's writer: nothing is written here
       return;
     }
@@ -150,9 +153,6 @@ class TORCH_MONITOR_API BufferedFileWriter {
   // Test hook: while non-zero, every write fails with this errno (as a full
   // disk would, with ENOSPC) without touching the file.
   static void setWriteErrorForTesting(int error);
-
-  // Bumped in the child of every fork().
-  static std::atomic<uint64_t>& forkGeneration() noexcept;
 
  private:
   using Deadline = std::chrono::steady_clock::time_point;
@@ -207,7 +207,8 @@ class TORCH_MONITOR_API BufferedFileWriter {
   // inert there), so only mutex_ is kept consistent across fork().
   std::mutex closeMutex_; // a second close() waits for the first
   std::unique_ptr<std::thread> thread_;
-  ForkSafeLocks forkLocks_{ForkLockMode::kInner, {&mutex_}};
+  torch_monitor::detail::ForkSafeLocks forkLocks_{
+      torch_monitor::detail::ForkLockMode::kInner, {&mutex_}};
 };
 
 } // namespace torch_monitor::sinks::detail

@@ -12,7 +12,7 @@
 
 namespace torch_monitor::sinks::detail {
 
-// What the bytes received so far ask for.
+// What the bytes received so far ask for. Thread safety: a plain value.
 struct HttpRequestHead {
   // 0: the head is not complete yet (read more). Otherwise the status to
   // answer with: 200 (a GET or HEAD of `path`), 400 (malformed), 405 (a

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include <torch_monitor/event.h>
+#include <torch_monitor/detail/fork_safe_locks.h>
 #include <torch_monitor/export.h>
-#include <torch_monitor/sinks/detail/fork_safe_locks.h>
 
 namespace torch_monitor::sinks::prometheus {
 
@@ -89,7 +89,8 @@ class TORCH_MONITOR_API Snapshot {
   // By Stat name, so that the output is sorted.
   std::map<std::string, std::shared_ptr<const Window>> stats_;
   // Held across fork(): a forked child finds the map whole and unlocked.
-  detail::ForkSafeLocks forkLocks_{detail::ForkLockMode::kInner, {&mutex_}};
+  torch_monitor::detail::ForkSafeLocks forkLocks_{
+      torch_monitor::detail::ForkLockMode::kInner, {&mutex_}};
 };
 
 } // namespace torch_monitor::sinks::prometheus

@@ -1,11 +1,9 @@
-#include <torch_monitor/sinks/detail/fork_safe_locks.h>
+#include <torch_monitor/detail/fork_safe_locks.h>
 
 #include <algorithm>
 #include <new>
 
-#include <pthread.h>
-
-namespace torch_monitor::sinks::detail {
+namespace torch_monitor::detail {
 namespace {
 
 // Every enrolled set, in enrolment order. Leaked: fork() may run during
@@ -18,6 +16,11 @@ Enrolled& enrolled() {
   static auto* instance = new Enrolled();
   return *instance;
 }
+
+// Serialises ForkSafeMutex renewals: two threads of a child may both find
+// the same mutex stale. Itself a plain global, reset in the child before
+// anyone can use it.
+std::mutex renewMutex;
 
 bool taken(ForkLockMode mode) {
   return mode != ForkLockMode::kResetInChild;
@@ -48,13 +51,14 @@ void releaseTaken(Enrolled& e) {
   }
 }
 
-void afterForkInParent() {
+void inParent() {
   Enrolled& e = enrolled();
   releaseTaken(e);
   e.mutex.unlock();
 }
 
-void afterForkInChild() {
+void inChild() {
+  new (&renewMutex) std::mutex();
   Enrolled& e = enrolled();
   releaseTaken(e);
   for (const ForkSafeLocks* set : e.sets) {
@@ -70,16 +74,23 @@ void afterForkInChild() {
   e.mutex.unlock();
 }
 
+constexpr ForkHooks kHooks{&prepare, &inParent, &inChild};
+
+// When the library loads: the renewal mutex needs its child hook from the
+// start, and the enrolment list is then never first built by a library
+// thread (see docs/design.md, "The library's own threads").
+const bool kRegisteredAtLoad = [] {
+  enrolled();
+  onFork(ForkStage::kForkSafeLocks, kHooks);
+  return true;
+}();
+
 } // namespace
 
 ForkSafeLocks::ForkSafeLocks(
     ForkLockMode mode,
     std::initializer_list<std::mutex*> locks)
     : mode_(mode), locks_(locks) {
-  static std::once_flag installed;
-  std::call_once(installed, [] {
-    pthread_atfork(&prepare, &afterForkInParent, &afterForkInChild);
-  });
   Enrolled& e = enrolled();
   std::lock_guard<std::mutex> guard(e.mutex);
   e.sets.push_back(this);
@@ -91,4 +102,15 @@ ForkSafeLocks::~ForkSafeLocks() {
   e.sets.erase(std::remove(e.sets.begin(), e.sets.end(), this), e.sets.end());
 }
 
-} // namespace torch_monitor::sinks::detail
+void ForkSafeMutex::renew() noexcept {
+  std::lock_guard<std::mutex> guard(renewMutex);
+  const uint64_t now = forkGeneration();
+  if (generation_.load(std::memory_order_relaxed) != now) {
+    // The old mutex may be locked by a thread that does not exist in this
+    // process; nobody else can be using it yet (we are the first here).
+    new (&mutex_) std::recursive_mutex();
+    generation_.store(now, std::memory_order_release);
+  }
+}
+
+} // namespace torch_monitor::detail
