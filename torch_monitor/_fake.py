@@ -97,6 +97,8 @@ for _name, _fake_class in FAKE_CLASSES.items():
 # (torch 2.11), or leave these fakes in the exported program.
 _internals.keep_captured_objects_in_strict_export("torch_monitor")
 _internals.keep_real_objects_in_strict_export("torch_monitor")
+# torch.export.save would otherwise Python-pickle them on torch 2.11.
+_internals.skip_discarded_pickles_in_export_save("torch_monitor")
 
 
 def _torchscript_method(name: str):

@@ -15,6 +15,7 @@ import importlib.util
 import inspect
 import linecache
 import sys
+import threading
 import warnings
 import weakref
 from typing import Dict, List
@@ -289,6 +290,64 @@ def keep_real_objects_in_strict_export(namespace: str) -> None:
     _strict_export._torch_monitor_unpatched = (strict_export, to_fake)
     registry.maybe_to_fake_obj = maybe_to_fake_obj
     _trace._strict_export = _strict_export
+
+
+@_pt2_support
+def skip_discarded_pickles_in_export_save(namespace: str) -> None:
+    """Lets torch 2.11's ``torch.export.save`` save a program holding a sink.
+
+    The archive keeps a program's custom objects apart
+    (``pt2_archive._package._package_constants`` saves them with
+    ``torch._C._pickle_save``, the TorchScript pickle, which holds our
+    objects' configuration). Torch 2.11's ``_package_exported_programs``
+    then serializes the program with ``serde.serialize.serialize``, which
+    also Python-pickles the constants and the state dict, and drops those
+    bytes. Our sinks refuse Python pickling (a pickled sink would be a
+    second writer of its files), so the save fails with their TypeError.
+    Torch 2.13 passes ``serialize_constants=False`` (and
+    ``serialize_state_dict=False``) there. On a torch whose ``serialize``
+    lacks that parameter, that call skips pickling a dict holding one of
+    our objects. Tested (and checked to be still needed) in
+    ``test/python/test_pt2_sinks.py``.
+    """
+    from torch._export.serde import serialize as serde
+    from torch.export.pt2_archive import _package
+
+    if "serialize_constants" in inspect.signature(serde.serialize).parameters:
+        return  # this torch does not pickle them
+    if hasattr(_package.serialize, "_torch_monitor_unpatched"):
+        return
+    prefix = f"__torch__.torch.classes.{namespace}."
+    packaging = threading.local()
+
+    def holds_ours(artifact) -> bool:
+        return isinstance(artifact, dict) and any(
+            isinstance(value, torch.ScriptObject)
+            and value._type().qualified_name().startswith(prefix)
+            for value in artifact.values()
+        )
+
+    to_bytes = serde.serialize_torch_artifact
+
+    def serialize_torch_artifact(artifact, *args, **kwargs):
+        if getattr(packaging, "active", False) and holds_ours(artifact):
+            return b""  # what _package_exported_programs drops
+        return to_bytes(artifact, *args, **kwargs)
+
+    package_serialize = _package.serialize
+
+    def serialize(*args, **kwargs):
+        outer = getattr(packaging, "active", False)
+        packaging.active = True
+        try:
+            return package_serialize(*args, **kwargs)
+        finally:
+            packaging.active = outer
+
+    # The unpatched functions, for the test that checks torch still needs this.
+    serialize._torch_monitor_unpatched = (package_serialize, to_bytes)
+    serde.serialize_torch_artifact = serialize_torch_artifact
+    _package.serialize = serialize
 
 
 _CPP_WRAPPER = "torch._inductor.codegen.cpp_wrapper_cpu"
