@@ -35,6 +35,11 @@ _PYBIND_TYPES = [
     (r"\btorch_monitor\._C\.", ""),
     (r"^handle$|^object$|^capsule$", "Any"),
     (r"^function$", "Callable[..., Any]"),
+    # A C++ double or integer parameter: torch 2.13's pybind11 (3.0.4) names
+    # it "typing.SupportsFloat | typing.SupportsIndex", torch 2.11's (3.0.1)
+    # "typing.SupportsFloat" (likewise for int). One stub serves both: the
+    # narrower spelling, which holds for both.
+    (r"\btyping\.Supports(Float|Int) \| typing\.SupportsIndex\b", r"typing.Supports\1"),
 ]
 _SCHEMA_TYPES = {
     "float": "float", "int": "int", "bool": "bool", "str": "str", "Any": "Any",

@@ -97,8 +97,12 @@ _SCHEMAS = _internals.custom_class_schemas("torch_monitor") or {}  # None: see _
 FAKE_CLASSES = {name: _make_fake_class(name, schemas) for name, schemas in _SCHEMAS.items()}
 for _name, _fake_class in FAKE_CLASSES.items():
     _internals.register_fake_class(f"torch_monitor::{_name}", _fake_class)
-# Strict torch.export would otherwise leave these fakes in the exported program.
+# Strict torch.export would otherwise fail on modules holding our objects
+# (torch 2.11), or leave these fakes in the exported program.
+_internals.keep_captured_objects_in_strict_export("torch_monitor")
 _internals.keep_real_objects_in_strict_export("torch_monitor")
+# torch.export.save would otherwise Python-pickle them on torch 2.11.
+_internals.skip_discarded_pickles_in_export_save("torch_monitor")
 
 
 def _faces() -> tuple:

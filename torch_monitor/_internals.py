@@ -12,8 +12,10 @@ import copy
 import functools
 import importlib.abc
 import importlib.util
+import inspect
 import linecache
 import sys
+import threading
 import warnings
 import weakref
 from typing import Callable, Dict, List, Optional
@@ -139,6 +141,87 @@ def run_torchbind_methods_on(face_types: tuple) -> None:
     FakeScriptMethod.__init__ = init
 
 
+def _is_our_fake(value, namespace: str) -> bool:
+    """Whether ``value`` is the FakeScriptObject of a class of ``namespace``."""
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    return isinstance(value, FakeScriptObject) and object.__getattribute__(
+        value, "script_class_name"
+    ).startswith(f"__torch__.torch.classes.{namespace}.")
+
+
+@_pt2_support
+def keep_captured_objects_in_strict_export(namespace: str) -> None:
+    """Lets strict ``torch.export`` capture our objects held by the module.
+
+    Dynamo makes each custom-class object it meets (a module attribute) a
+    graph input. Torch 2.11's strict export (``_dynamo_graph_capture_for_export``
+    in ``torch/_dynamo/functional_export.py``) asserts that every graph input
+    is one of the user's arguments, so it fails on any module holding such an
+    object, with an ``AssertionError`` naming the attribute's ``AttrSource``.
+    Torch 2.13 skips such inputs there and its ``DynamoGraphTransformer``
+    turns them into ``get_attr`` nodes of their fake (it takes their sources
+    as ``graph_inputs``; upstream: pull request 173268, "Handle
+    non-GetItemSource inputs in functional export", and its stack). On a
+    torch without that parameter, this does the same for our objects only:
+
+    * the captured graph's input-source map loses our objects' entries (the
+      ordering that asserts sees only the user's arguments);
+    * ``DynamoGraphTransformer.placeholder`` turns the placeholder of such
+      an object into a ``get_attr`` of its fake, named as torch 2.13 names it.
+
+    ``keep_real_objects_in_strict_export`` then swaps the real object in, as
+    on torch 2.13. Tested (and checked to be still needed) in
+    ``test/python/test_pt2_strict_export.py``.
+    """
+    from torch._dynamo import functional_export
+    from torch._dynamo.source import GetItemSource
+
+    transformer = functional_export.DynamoGraphTransformer
+    if "graph_inputs" in inspect.signature(transformer.__init__).parameters:
+        return  # this torch captures them itself
+    if hasattr(transformer.placeholder, "_torch_monitor_unpatched"):
+        return
+
+    def example(node):
+        return node.meta.get("val", node.meta.get("example_value"))
+
+    capture = functional_export.fullgraph_capture
+
+    def fullgraph_capture(*args, **kwargs):
+        out = capture(*args, **kwargs)
+        if out.backend_input is not None:
+            graph = out.backend_input.graph_module.graph
+            placeholders = graph.find_nodes(op="placeholder")
+            metadata = out.graph_capture_output.output_graph.export_metadata
+            sources = metadata.graph_input_idx_to_local_source
+            for index in [
+                i for i, source in sources.items()
+                if not isinstance(source, GetItemSource)
+                and _is_our_fake(example(placeholders[i]), namespace)
+            ]:
+                del sources[index]
+        return out
+
+    placeholder = transformer.placeholder
+
+    def captured_placeholder(self, target, args, kwargs):
+        node = self.current_node
+        value = example(node)
+        if node in self.old_to_new_mapping or not _is_our_fake(value, namespace):
+            return placeholder(self, target, args, kwargs)
+        name = f"_captured_{self.placeholders.index(node)}"
+        setattr(self.module, name, value)
+        proxy = self.tracer.create_proxy("get_attr", name, (), {})
+        proxy.node.meta = dict(node.meta, val=value)
+        return proxy
+
+    # The unpatched functions, for the test that checks torch still needs this.
+    captured_placeholder._torch_monitor_unpatched = (capture, placeholder)
+    functional_export.fullgraph_capture = fullgraph_capture
+    transformer.placeholder = captured_placeholder
+
+
 @_pt2_support
 def keep_real_objects_in_strict_export(namespace: str) -> None:
     """Makes ``torch.export.export(..., strict=True)`` keep our real objects.
@@ -147,7 +230,8 @@ def keep_real_objects_in_strict_export(namespace: str) -> None:
     program's constants as the FakeScriptObject that Dynamo traced with (torch
     2.13: ``functional_export`` turns the captured graph input into a
     ``get_attr`` of its fake example value, and ``_strict_export``, unlike
-    ``_non_strict_export``, never maps fakes back to real objects), so
+    ``_non_strict_export``, never maps fakes back to real objects; torch 2.11
+    after ``keep_captured_objects_in_strict_export``), so
     ``ep.module()`` fails with "FakeScriptObject should only exist during
     tracing". No method or flattened content of the class can avoid it; the
     only opt-out, ``tracing_mode() == "real"``, would run the real methods
@@ -169,19 +253,13 @@ def _keep_real_objects(namespace: str, _trace) -> None:
 
     if getattr(_trace._strict_export, "_torch_monitor_real_objects", False):
         return
-    prefix = f"__torch__.torch.classes.{namespace}."
     attribute = "_torch_monitor_real_object"
-
-    def ours(fake) -> bool:
-        return isinstance(fake, registry.FakeScriptObject) and object.__getattribute__(
-            fake, "script_class_name"
-        ).startswith(prefix)
 
     to_fake = registry.maybe_to_fake_obj
 
     def maybe_to_fake_obj(fake_mode, x):
         fake = to_fake(fake_mode, x)
-        if ours(fake):
+        if _is_our_fake(fake, namespace):
             # FakeScriptObject forbids setattr; its __deepcopy__ carries this over.
             object.__setattr__(fake, attribute, weakref.ref(x))
         return fake
@@ -203,7 +281,7 @@ def _keep_real_objects(namespace: str, _trace) -> None:
         artifact = strict_export(*args, **kwargs)
         constants = artifact.aten.constants
         for name, value in constants.items():
-            if ours(value):
+            if _is_our_fake(value, namespace):
                 constants[name] = real_object(value)
         return artifact
 
@@ -212,6 +290,64 @@ def _keep_real_objects(namespace: str, _trace) -> None:
     _strict_export._torch_monitor_unpatched = (strict_export, to_fake)
     registry.maybe_to_fake_obj = maybe_to_fake_obj
     _trace._strict_export = _strict_export
+
+
+@_pt2_support
+def skip_discarded_pickles_in_export_save(namespace: str) -> None:
+    """Lets torch 2.11's ``torch.export.save`` save a program holding a sink.
+
+    The archive keeps a program's custom objects apart
+    (``pt2_archive._package._package_constants`` saves them with
+    ``torch._C._pickle_save``, the TorchScript pickle, which holds our
+    objects' configuration). Torch 2.11's ``_package_exported_programs``
+    then serializes the program with ``serde.serialize.serialize``, which
+    also Python-pickles the constants and the state dict, and drops those
+    bytes. Our sinks refuse Python pickling (a pickled sink would be a
+    second writer of its files), so the save fails with their TypeError.
+    Torch 2.13 passes ``serialize_constants=False`` (and
+    ``serialize_state_dict=False``) there. On a torch whose ``serialize``
+    lacks that parameter, that call skips pickling a dict holding one of
+    our objects. Tested (and checked to be still needed) in
+    ``test/python/test_pt2_sinks.py``.
+    """
+    from torch._export.serde import serialize as serde
+    from torch.export.pt2_archive import _package
+
+    if "serialize_constants" in inspect.signature(serde.serialize).parameters:
+        return  # this torch does not pickle them
+    if hasattr(_package.serialize, "_torch_monitor_unpatched"):
+        return
+    prefix = f"__torch__.torch.classes.{namespace}."
+    packaging = threading.local()
+
+    def holds_ours(artifact) -> bool:
+        return isinstance(artifact, dict) and any(
+            isinstance(value, torch.ScriptObject)
+            and value._type().qualified_name().startswith(prefix)
+            for value in artifact.values()
+        )
+
+    to_bytes = serde.serialize_torch_artifact
+
+    def serialize_torch_artifact(artifact, *args, **kwargs):
+        if getattr(packaging, "active", False) and holds_ours(artifact):
+            return b""  # what _package_exported_programs drops
+        return to_bytes(artifact, *args, **kwargs)
+
+    package_serialize = _package.serialize
+
+    def serialize(*args, **kwargs):
+        outer = getattr(packaging, "active", False)
+        packaging.active = True
+        try:
+            return package_serialize(*args, **kwargs)
+        finally:
+            packaging.active = outer
+
+    # The unpatched functions, for the test that checks torch still needs this.
+    serialize._torch_monitor_unpatched = (package_serialize, to_bytes)
+    serde.serialize_torch_artifact = serialize_torch_artifact
+    _package.serialize = serialize
 
 
 _CPP_WRAPPER = "torch._inductor.codegen.cpp_wrapper_cpu"

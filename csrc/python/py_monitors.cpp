@@ -902,7 +902,9 @@ void initMonitors(py::module_& m) {
 
   m.def(
       "_difference_monitor_hooks",
-      [](py::str key) {
+      // The declared type names the pair in the stub: torch 2.13's pybind11
+      // (3.0.4) infers it from make_tuple, torch 2.11's (3.0.1) only "tuple".
+      [](py::str key) -> py::typing::Tuple<py::object, py::object> {
         PyObject* before = PyCFunction_NewEx(&gEagerBeforeDef, key.ptr(), nullptr);
         if (before == nullptr) {
           throw py::error_already_set();

@@ -3,10 +3,12 @@
 The exported program must call the ORIGINAL objects (the module's Stat, the
 DifferenceMonitor attached to it), exactly as eager mode does: same events,
 same histories, and nothing recorded while exporting. Torch 2.13 needs a
-patch for that (``_internals.keep_real_objects_in_strict_export``);
-the last test fails once torch no longer does, so the patch can go.
+patch for that (``_internals.keep_real_objects_in_strict_export``), torch
+2.11 a second one before it (``_internals.keep_captured_objects_in_strict_export``);
+the last two tests fail once torch no longer needs them, so they can go.
 """
 
+import inspect
 from datetime import timedelta
 
 import pytest
@@ -153,3 +155,37 @@ def test_torch_still_needs_the_strict_export_patch(monkeypatch):
         f"torch {torch.__version__} now keeps the real object ({constant!r}) in "
         "strict export: remove _internals.keep_real_objects_in_strict_export"
     )
+
+
+def test_torch_still_needs_the_strict_capture_patch(monkeypatch):
+    """Torch 2.11's strict export fails on any module holding a custom-class
+    object; torch 2.13 captures it itself (its ``DynamoGraphTransformer``
+    takes the inputs' sources as ``graph_inputs``), and there the patch must
+    not be installed. Fails once the torch in use no longer matches either.
+
+    Then delete ``keep_captured_objects_in_strict_export`` and this test.
+    """
+    from torch._dynamo import functional_export
+
+    transformer = functional_export.DynamoGraphTransformer
+    unpatched = getattr(transformer.placeholder, "_torch_monitor_unpatched", None)
+    if "graph_inputs" in inspect.signature(transformer.__init__).parameters:
+        # test_torch_still_needs_the_strict_export_patch exports with this
+        # torch's own capture.
+        assert unpatched is None, "the strict capture patch is installed on a torch that needs none"
+        return
+    assert unpatched is not None, "torch_monitor's strict capture patch is not installed"
+    capture, placeholder = unpatched
+    monkeypatch.setattr(functional_export, "fullgraph_capture", capture)
+    monkeypatch.setattr(transformer, "placeholder", placeholder)
+
+    module = StatFeeder(script_stat("uncaptured"))
+    try:
+        torch.export.export(module, (INPUTS[0],), strict=True)
+    except AssertionError as error:
+        assert "AttrSource" in str(error) and "stat" in str(error), error
+    else:
+        pytest.fail(
+            f"torch {torch.__version__} now exports a module holding a custom "
+            "object strictly: remove _internals.keep_captured_objects_in_strict_export"
+        )
