@@ -824,6 +824,10 @@ void initMonitors(py::module_& m) {
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   type->tp_setattro = PyObject_GenericSetAttr;
   refuseUninitialisedUse(cls); // also plain lookup, see above
+  // Slots (repr, ==, hash) bypass attribute lookup: an object made with
+  // __new__ alone read garbage there. As every face, it is never made
+  // uninitialised (pickling goes through __reduce_ex__, a factory).
+  initialiseOnNew(cls);
   markFace(cls, "DifferenceMonitor");
   gMonitorType = type;
 

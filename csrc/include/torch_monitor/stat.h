@@ -30,6 +30,7 @@ namespace torch_monitor {
 namespace detail {
 template <typename T>
 class TensorWindow;
+struct WindowShape; // rank_post.h
 } // namespace detail
 struct RankGroup; // rank_sync.h
 
@@ -160,7 +161,8 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // host reads the window's summaries once, when the window closes; only
   // with a finite maxSamples, whose cap counts single samples, is it copied
   // to the host at once. Throws c10::TypeError for a complex tensor, and for
-  // a floating-point one in a Stat<int64_t>.
+  // a floating-point one in a Stat<int64_t>; c10::ValueError for an
+  // undefined tensor or one on the meta device (it holds no values).
   void add(const at::Tensor& values);
 
   const std::string& name() const noexcept {
@@ -224,6 +226,9 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
     detail::Accumulator<T> values;
     bool emit = false;
     int64_t endMs = 0; // the window's end, in clock_'s units
+    // The step its event carries when not the current one (a window closed
+    // because the step went back carries the step the run had reached).
+    std::optional<int64_t> stamp;
   };
   // The shards of the threads after the first one to add (the overflow
   // shard last), created when a second thread adds.
@@ -329,6 +334,9 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // detail::LiveStat, for closeAllStats() and fork().
   std::optional<Event> closeOpenWindow() override;
   std::optional<Event> closeEndedWindow(int64_t& openEndMs) override;
+  std::optional<Event> closeWindowLeftBehind(
+      int64_t step,
+      std::optional<int64_t> stamp) override;
   void lockBeforeFork() override {
     mutex_.lock();
   }
@@ -341,14 +349,31 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   static std::vector<std::pair<Aggregation, T>> aggregatesOf(
       AggregationSet enabled,
       const detail::Accumulator<T>& window);
-  // A window's event: one "<name>.<aggregation>" key per enabled one.
+  // A window's event at `step`: one "<name>.<aggregation>" key per enabled
+  // one.
   static Event eventOfWindow(
       const std::string& name,
       AggregationSet enabled,
-      const detail::Accumulator<T>& window);
+      const detail::Accumulator<T>& window,
+      std::optional<int64_t> step);
+  // What a rank posts to say which windows it merges (detail/rank_post.h).
+  detail::WindowShape windowShape() const noexcept;
   int64_t windowIdAt(int64_t nowMs) const noexcept {
-    return nowMs / windowLength_ + 1;
+    // The window that holds step 2**63-1 would end beyond int64: it is the
+    // last one and holds it (so is the id, with one-step windows).
+    const int64_t completed = nowMs / windowLength_;
+    return completed == std::numeric_limits<int64_t>::max() ? completed
+                                                             : completed + 1;
   }
+  // The end (exclusive) of window `id`; kLastWindowEnd for the last window
+  // of the step range, which ends beyond int64 and holds step 2**63-1.
+  int64_t windowEndOf(int64_t id) const noexcept {
+    int64_t end = 0;
+    return __builtin_mul_overflow(id, windowLength_, &end) ? kLastWindowEnd
+                                                           : end;
+  }
+  static constexpr int64_t kLastWindowEnd =
+      std::numeric_limits<int64_t>::max();
 
   // The layout keeps a stat small (about as small as torch::monitor's) and
   // keeps firstShard_, which its owner writes on every add, off the cache

@@ -98,7 +98,17 @@ at::Tensor FoldReducer::interpolate(
     const at::Tensor& sampleAt,
     double stepTime) const {
   if (custom_ && custom_->interpolate) {
-    return custom_->interpolate(prev, next, sampleAt, stepTime);
+    at::Tensor state = custom_->interpolate(prev, next, sampleAt, stepTime);
+    // view() would hand a wrongly shaped result back as if it were a state.
+    TORCH_CHECK_VALUE(
+        state.sizes() == prev.sizes(),
+        custom_->description,
+        ".interpolate returned a tensor of shape ",
+        state.sizes(),
+        " where the states it interpolates have shape ",
+        prev.sizes(),
+        "; it must return the state sample_at after prev, shaped like prev");
+    return state;
   }
   switch (kind_.interpolation) {
     case Interpolation::Previous:
