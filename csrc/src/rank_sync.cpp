@@ -523,7 +523,7 @@ struct RankSync {
     c10d::Store& store = *posted.group->store;
     const std::string where = "torch_monitor: Stat '" + posted.stat +
         "', window " + windowOf(posted.prefix) + " of rank " +
-        std::to_string(posted.group->rank) + ": ";
+        std::to_string(posted.group->rank) + ", is not merged across ranks: ";
     const std::string fallback =
         "; this rank logs such windows itself, as windows of one rank";
     try {

@@ -512,13 +512,23 @@ def test_every_face_class_refuses_to_be_made_uninitialised():
     # TensorBoardWriter.__new__(TensorBoardWriter) used to give an object
     # whose add_scalar segfaulted; a bare DifferenceMonitorCore's repr read
     # garbage. Every class with a C++ object behind it now runs __init__ in
-    # __new__, so without arguments __new__ raises __init__'s TypeError.
+    # __new__: without arguments __new__ raises __init__'s TypeError, or,
+    # for a class whose arguments all have defaults, makes a whole object.
     run(
         """
         from torch_monitor import _C, _spellings
         classes = [getattr(tm, name) for name in _spellings.FACES] + [_C.DifferenceMonitorCore]
         assert len(classes) == 11, classes
         for cls in classes:
+            try:
+                obj = cls.__new__(cls)
+            except TypeError:
+                continue
+            assert _C._face_initialised(obj), cls
+            repr(obj), hash(obj), obj == obj
+            obj.close()
+        for cls in (tm.TensorBoardWriter, tm.JsonLinesWriter, tm.PrometheusTextFile,
+                    tm.Stat, tm.IntStat, tm.WaitCounter, tm.WaitCounterTracker):
             raises(TypeError, [], cls.__new__, cls)
         # The crash of the report, now a TypeError at __new__.
         raises(TypeError, [], tm.TensorBoardWriter.__new__, tm.TensorBoardWriter)

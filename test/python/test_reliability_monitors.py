@@ -479,7 +479,7 @@ def test_reducer_restore_refuses_histories_it_cannot_use():
         raises(["tolerance must be a finite number >= 0"], reducer.view, 0.0, -1.0)
         # A finite tolerance beyond the range reads the end it widens.
         torch.testing.assert_close(reducer.view(1e300, 1e300), reducer.view(2.0))
-        torch.testing.assert_close(reducer.view(torch.tensor(1e300), 1e300), reducer.view(2.0))
+        torch.testing.assert_close(reducer.view(torch.tensor(1e300, dtype=torch.float64), 1e300), reducer.view(2.0))
         torch.testing.assert_close(reducer.view(-1e300, 1e300), reducer.view(0.0))
         print("ok")
         """

@@ -492,8 +492,9 @@ def test_count_total_is_a_counter_whatever_the_counts_logged(tm):
         raise AssertionError(text)
 
     def log(count):
-        sink(tm.Event("torch.monitor.Stat", datetime.datetime.now(), {"c.count": count}))
+        tm.log_event(tm.Event("torch.monitor.Stat", datetime.datetime.now(), {"c.count": count}))
 
+    sink.register()
     try:
         for _ in range(3):
             log(2**62)
