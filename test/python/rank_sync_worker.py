@@ -6,6 +6,7 @@ WINDOW_STEPS steps, and writes what its handlers saw and its get() to
 out_dir/rank<r>.json.
 """
 
+import atexit
 import json
 import os
 import sys
@@ -94,7 +95,7 @@ def main():
     last_local = {str(k).split(".")[-1].lower(): v for k, v in stat.get().items()}
     if scenario in ("root_exit", "long_stall") and rank != 0:
         # What exit runs: the windows the root did not take are logged here.
-        tm._C._at_exit()
+        atexit._run_exitfuncs()
     else:
         tm._close_all_stats()  # the last window, as at exit
         tm._C._flush_rank_sync()

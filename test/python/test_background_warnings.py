@@ -178,13 +178,13 @@ def test_exit_sequence_unregisters_python_handlers_for_good():
     # stopped, later background warnings go to stderr.
     out = run_isolated(
         """
-import datetime, threading, time
+import atexit, datetime, threading, time
 import torch_monitor as tm
 calls = []
 tm.register_event_handler(lambda e: calls.append(threading.current_thread().name))
 stat = tm.Stat("last", [tm.COUNT], datetime.timedelta(hours=1))
 stat.add(1.0)
-tm._C._at_exit()  # what atexit runs
+atexit._run_exitfuncs()  # what exit runs
 assert calls == ["MainThread"], calls  # the last window, closed by the sequence
 timed = tm.Stat("timed", [tm.COUNT], 0.01, close_on_time=True)
 timed.add(1.0)
