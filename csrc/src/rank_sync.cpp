@@ -391,16 +391,13 @@ struct RankSync {
           }
         }
       }
-      std::vector<std::string> presentKeys;
-      for (int64_t r : present) {
-        presentKeys.push_back(keys[r]);
-      }
-      const auto values = group.store->multiGet(presentKeys);
       std::vector<RankShare> shares;
-      for (size_t i = 0; i < present.size(); ++i) {
-        const int64_t r = present[i];
-        const std::string& key = presentKeys[i];
-        const auto share = decode(values[i]);
+      for (const int64_t r : present) {
+        const std::string& key = keys[r];
+        // Read without waiting: a rank that took its share back may have
+        // deleted it since the check (multiGet would wait for the key).
+        const Bytes value = peek(*group.store, key);
+        const auto share = decode(value);
         if (!share) {
           continue; // its rank took it back: not merged here
         }
@@ -410,7 +407,7 @@ struct RankSync {
           continue;
         }
         if (share->shape != merge.own.shape) {
-          group.store->compareSet(key, values[i], kRefused);
+          group.store->compareSet(key, value, kRefused);
           warnOnce(
               work,
               "shape/" + merge.stat + "/" + std::to_string(r),
@@ -424,7 +421,7 @@ struct RankSync {
                   "the Stat with the same type and window on every rank");
           continue;
         }
-        if (group.store->compareSet(key, values[i], kTaken) == kTaken) {
+        if (group.store->compareSet(key, value, kTaken) == kTaken) {
           group.store->deleteKey(key);
           shares.push_back(*share);
         }
