@@ -101,29 +101,16 @@ _internals.after_dynamo_import(lambda dynamo: _importlib.import_module("torch_mo
 _close_all_stats = _C._close_all_stats
 
 
-def _at_exit():
-    # First the last windows: a Stat still referenced at exit (by a module
-    # global, a handler handle, a scripted module) is never destroyed, so its
-    # open window would be lost; closing it here reaches Python handlers and
-    # sinks alike (sinks flush later, at process exit). Then the Python
-    # handlers go, before the interpreter does: a Stat destroyed later (a C++
-    # static, a TorchScript module freed at exit) must not call into a
-    # finalised interpreter. Before all that, the window timer's thread
-    # stops (after the handlers it runs return), so no handler runs on it
-    # while the interpreter finalises; its open windows are closed here too.
-    # Synced Stats' last windows are merged (bounded by the rank sync
-    # deadline) while the Python handlers still exist.
-    _C._stop_window_timer()
-    _C._close_all_stats()
-    _C._flush_rank_sync()
-    _C._unregister_python_handlers()
-    # Background threads' warnings queued for Python are issued now; later
-    # ones go to stderr (csrc/python/py_background_warnings.cpp).
-    _C._stop_background_warnings()
-
-
+# The exit sequence, in C++ (csrc/python/py_exit.cpp): stop the window
+# timer, close every Stat's open window (a Stat still referenced at exit is
+# never destroyed, so its last window would be lost), flush rank sync and the
+# file sinks, and unregister the Python handlers before the interpreter goes
+# (so no library thread calls into Python after it); the background warnings
+# held meanwhile are issued last. Registered as the C++ function itself: a
+# Python hook's first bytecode is where a queued background warning turned
+# into an error by the filters (-W error) would be raised, skipping it all.
 # Registered after the submodules' own atexit hooks, so it runs before them.
-_atexit.register(_at_exit)
+_atexit.register(_C._at_exit)
 
 __all__ = [
     "Aggregation",

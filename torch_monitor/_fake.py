@@ -122,6 +122,22 @@ _internals.pass_any_arguments_to_aoti_proxy_executor()
 
 
 def _returns_nothing_fake(*args, **kwargs):
+    # register_fake also makes this the kernel for meta tensors of these ops
+    # (of which only log_event_values takes tensors): a real one (not a
+    # tracer's FakeTensor) holds no value to log, and would otherwise be
+    # logged as nothing, silently.
+    for position, arg in enumerate(args):
+        for index, value in enumerate(arg if isinstance(arg, (list, tuple)) else (arg,)):
+            if isinstance(value, torch.Tensor) and value.is_meta:
+                from torch._subclasses.fake_tensor import FakeTensor
+
+                if isinstance(value, FakeTensor):
+                    continue
+                key = args[1][index] if position == 2 and isinstance(args[1], list) else index
+                raise ValueError(
+                    f"log_event: the value of {key!r} is a tensor on the meta device, which "
+                    "holds no value to log; log the tensor computed on a real device"
+                )
     return None
 
 

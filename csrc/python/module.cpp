@@ -49,6 +49,7 @@ PYBIND11_MODULE(_C, m) {
   tp::initTesting(m);
   tp::initSinks(m);
   tp::initProcessRank(m);
-  tp::initBackgroundWarnings(m);
+  tp::initBackgroundWarnings();
   tp::initRankSync(m);
+  tp::initExit(m);
 }

@@ -127,8 +127,24 @@ void initTesting(py::module_& m);
 void initSinks(py::module_& m);
 void initFaces(py::module_& m);
 void initProcessRank(py::module_& m);
-void initBackgroundWarnings(py::module_& m);
+void initBackgroundWarnings();
 void initRankSync(py::module_& m);
+void initExit(py::module_& m);
+
+// The exit sequence's parts kept by other files of the binding (py_exit.cpp
+// runs them in order).
+// Unregisters every Python handler (py_handlers.cpp).
+void unregisterPythonHandlers();
+// Unregisters them for good: a handler some thread found registered before
+// is not called either. Needs no GIL.
+void closePythonHandlers();
+// From now on background warnings are queued, not issued at the main
+// thread's next bytecode (py_background_warnings.cpp).
+void holdBackgroundWarnings();
+// With the GIL: issues the queued warnings as RuntimeWarnings, sends later
+// ones to stderr; throws py::error_already_set (after issuing the others)
+// when a filter turned one into an error.
+void issueHeldBackgroundWarnings();
 
 // The C++ handler inside `obj` when it is a native sink (a torch_monitor
 // sink class, or a torch.classes.torch_monitor sink ScriptObject), so that

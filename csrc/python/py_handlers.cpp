@@ -2,6 +2,7 @@
 #include "internals.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -32,6 +33,13 @@ class LoggedFromPython {
   PyObject* outerPyEvent_;
 };
 
+// Set by the exit sequence once Python handlers are unregistered: a
+// logEvent that found one of them before (on any thread) no longer calls it,
+// so no library thread enters Python while the interpreter is finalised
+// (taking the GIL then ends the thread by unwinding it, which terminates
+// the process through the noexcept frames of our threads).
+std::atomic<bool> pythonHandlersClosed{false};
+
 // A Python callable registered as an event handler.
 // Thread safety: handle() may run on any thread; it takes the GIL itself.
 class PythonEventHandler : public EventHandler {
@@ -42,7 +50,8 @@ class PythonEventHandler : public EventHandler {
   void handle(const Event& event) override {
     // Stats destroyed during interpreter shutdown still log; Python can no
     // longer run handlers then.
-    if (!pythonIsUsable()) {
+    if (pythonHandlersClosed.load(std::memory_order_acquire) ||
+        !pythonIsUsable()) {
       return;
     }
     py::gil_scoped_acquire gil;
@@ -129,6 +138,26 @@ PyObject* fastLogEvent(
 }
 
 } // namespace
+
+void unregisterPythonHandlers() {
+  std::vector<std::weak_ptr<EventHandler>> handlers;
+  {
+    auto& registry = pythonHandlers();
+    std::lock_guard<std::mutex> guard(registry.mutex);
+    handlers.swap(registry.handlers);
+  }
+  // Each PythonEventHandler is registered exactly once.
+  for (const auto& weak : handlers) {
+    if (auto handler = weak.lock()) {
+      unregisterEventHandler(handler);
+    }
+  }
+}
+
+void closePythonHandlers() {
+  unregisterPythonHandlers();
+  pythonHandlersClosed.store(true, std::memory_order_release);
+}
 
 py::object eventToPython(const Event& event) {
   if (&event == tlLoggedEvent) {
@@ -236,21 +265,9 @@ void initHandlers(py::module_& m) {
 
   m.def(
       "_unregister_python_handlers",
-      [] {
-        std::vector<std::weak_ptr<EventHandler>> handlers;
-        {
-          auto& registry = pythonHandlers();
-          std::lock_guard<std::mutex> guard(registry.mutex);
-          handlers.swap(registry.handlers);
-        }
-        // Each PythonEventHandler is registered exactly once.
-        for (const auto& weak : handlers) {
-          if (auto handler = weak.lock()) {
-            unregisterEventHandler(handler);
-          }
-        }
-      },
-      "Unregisters every Python handler (called at interpreter exit)");
+      &unregisterPythonHandlers,
+      "Unregisters every Python handler (for tests; the exit sequence "
+      "closes them for good)");
 }
 
 } // namespace torch_monitor::python

@@ -800,6 +800,10 @@ void initMonitors(py::module_& m) {
   usePlainSetattr(cls);
   refuseUninitialisedUse(cls); // also plain lookup, see above
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  // Slots (repr, ==, hash) bypass attribute lookup: an object made with
+  // __new__ alone read garbage there. As every face, it is never made
+  // uninitialised (pickling goes through __reduce_ex__, a factory).
+  initialiseOnNew(cls);
   markFace(cls, "DifferenceMonitor");
   gMonitorType = type;
 

@@ -9,7 +9,6 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
-#include <torch_monitor/detail/window_timer.h>
 #include <torch_monitor/script/stat.h>
 
 namespace torch_monitor::python {
@@ -144,13 +143,6 @@ void initStats(py::module_& m) {
       py::call_guard<py::gil_scoped_release>(),
       "Logs the open window of every live Stat (called at interpreter exit, "
       "before Python handlers are removed)");
-  m.def(
-      "_stop_window_timer",
-      &stopWindowTimer,
-      // The timer's thread may be waiting for the GIL to run a handler.
-      py::call_guard<py::gil_scoped_release>(),
-      "Stops the thread that closes close_on_time windows, after the "
-      "handlers it runs return (called at interpreter exit)");
 }
 
 } // namespace torch_monitor::python

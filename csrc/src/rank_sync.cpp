@@ -36,4 +36,8 @@ void flushRankSync() noexcept {
   detail::waitForRankSync();
 }
 
+void stopRankSync() noexcept {
+  detail::stopRankSyncThread();
+}
+
 } // namespace torch_monitor

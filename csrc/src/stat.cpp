@@ -132,7 +132,7 @@ Stat<T>::~Stat() {
         "torch_monitor: an event handler failed while Stat '",
         name(),
         "' logged its last window on destruction: ",
-        e.what());
+        detail::errorMessage(e));
   } catch (...) {
     TORCH_WARN(
         "torch_monitor: an event handler failed while Stat '",

@@ -4,6 +4,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/text.h>
+
 namespace torch_monitor {
 
 void WaitCounter::Guard::stop() {
@@ -24,7 +26,7 @@ WaitCounter::Guard::~Guard() {
     TORCH_WARN(
         "torch_monitor: an event handler failed while a WaitCounter guard "
         "recorded its unit of work: ",
-        e.what());
+        detail::errorMessage(e));
   } catch (...) {
     TORCH_WARN(
         "torch_monitor: an event handler failed while a WaitCounter guard "

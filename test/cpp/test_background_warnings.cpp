@@ -62,5 +62,42 @@ TEST(BackgroundWarnings, TheWindowTimersWarningsReachTheSetSink) {
   EXPECT_TRUE(caughtOnOtherThread.load());
 }
 
+TEST(BackgroundWarnings, WarningsCarryMessagesNotBacktraces) {
+  // A c10::Error's what() ends with its C++ backtrace, dozens of frames
+  // ("Exception raised from ..."): warnings about such errors used to
+  // carry it whole.
+  testThread = std::this_thread::get_id();
+  {
+    std::lock_guard<std::mutex> guard(caughtMutex);
+    caught.clear();
+  }
+  setBackgroundWarningSink(&recordWarning);
+  test::ScopedHandler handler(std::make_shared<test::FunctionHandler>(
+      [](const Event& e) {
+        if (e.name == kStatEventName) {
+          TORCH_CHECK_VALUE(false, "handler refused the window");
+        }
+      }));
+  Stat<double> stat(
+      "timed.c10", {Aggregation::SUM}, 20ms, Stat<double>::kUnlimitedSamples,
+      WindowClose::ON_TIME);
+  stat.add(1.0);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  bool seen = false;
+  while (!seen && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+    std::lock_guard<std::mutex> guard(caughtMutex);
+    seen = !caught.empty();
+  }
+  setBackgroundWarningSink(nullptr);
+  ASSERT_TRUE(seen) << "no warning reached the sink";
+  std::lock_guard<std::mutex> guard(caughtMutex);
+  EXPECT_NE(caught[0].find("handler refused the window"), std::string::npos)
+      << caught[0];
+  EXPECT_EQ(caught[0].find("Exception raised from"), std::string::npos)
+      << caught[0];
+  EXPECT_EQ(caught[0].find('\n'), std::string::npos) << caught[0];
+}
+
 } // namespace
 } // namespace torch_monitor

@@ -533,12 +533,33 @@ TEST(ScriptDifferenceMonitor, KeepsItsKindAndReadsVersionTwoWithoutOne) {
   auto loaded = ScriptDifferenceMonitor::fromState(
       c10::ivalue::Tuple::create({int64_t(2), name, train, eval, saved, keep}));
   EXPECT_EQ(loaded->kind(), "DifferenceMonitor");
-  expectError<c10::Error>(
-      [&] {
-        c10::make_intrusive<ScriptDifferenceMonitor>(
-            c10::IValue(reducer), "x", true, true, false, "");
-      },
-      {"kind is empty"});
+  // Only the monitor classes are kinds, also in a loaded state; the
+  // attribute path is text without NUL.
+  for (const std::string kind : {"", "Nonsense"}) {
+    expectError<c10::ValueError>(
+        [&] {
+          c10::make_intrusive<ScriptDifferenceMonitor>(
+              c10::IValue(reducer), "x", true, true, false, kind);
+        },
+        {"kind must name a monitor class", "got '" + kind + "'"});
+    // (Built out here: a C++17 lambda cannot capture structured bindings.)
+    const c10::IValue state = c10::ivalue::Tuple::create(
+        {int64_t(3), name, train, eval, saved, keep, kind});
+    expectError<c10::ValueError>(
+        [&] { ScriptDifferenceMonitor::fromState(state); },
+        {"kind must name a monitor class"});
+  }
+  const c10::IValue nulInName = c10::ivalue::Tuple::create(
+      {int64_t(3),
+       std::string("w\0x", 3),
+       train,
+       eval,
+       saved,
+       keep,
+       std::string("DifferenceMonitor")});
+  expectError<c10::ValueError>(
+      [&] { ScriptDifferenceMonitor::fromState(nulInName); },
+      {"attribute path contains a NUL"});
 }
 
 } // namespace

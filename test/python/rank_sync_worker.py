@@ -6,10 +6,12 @@ WINDOW_STEPS steps, and writes what its handlers saw and its get() to
 out_dir/rank<r>.json.
 """
 
+import atexit
 import json
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -46,6 +48,10 @@ def main():
         log.flush()
 
     tm.register_event_handler(record)
+    # Background warnings (the rank sync thread's) are RuntimeWarnings here.
+    warned = []
+    warnings.simplefilter("always")
+    warnings.showwarning = lambda message, *args, **kwargs: warned.append(str(message))
     if scenario == "group":
         group = dist.new_group([1, 2, 3])  # every rank calls new_group
         sync = group if rank != 0 else False
@@ -62,6 +68,10 @@ def main():
                 9223372036854775807, False, steps, True)
 
         stat = make(WINDOW_STEPS)
+    elif scenario == "mismatch_type" and rank == 1:
+        stat = tm.IntStat("loss", AGGREGATIONS, window_steps=WINDOW_STEPS, sync_ranks=sync)
+    elif scenario == "mismatch_window" and rank == 1:
+        stat = tm.Stat("loss", AGGREGATIONS, window_steps=2 * WINDOW_STEPS, sync_ranks=sync)
     else:
         stat = tm.Stat("loss", AGGREGATIONS, window_steps=WINDOW_STEPS, sync_ranks=sync)
     # One gloo collective, as a training step would issue.
@@ -71,22 +81,34 @@ def main():
     started = time.monotonic()
     for step in range(STEPS):
         tm.set_step(step)
-        if scenario == "stall" and rank == 2 and step == WINDOW_STEPS:
+        if scenario in ("stall", "long_stall") and rank == world - 1 and step == WINDOW_STEPS:
             time.sleep(float(os.environ["STALL"]))
         if scenario == "exit" and rank == 2 and step == WINDOW_STEPS:
             os._exit(0)  # dies without closing anything
+        if scenario == "root_exit" and rank == 0 and step == WINDOW_STEPS:
+            os._exit(0)  # the root dies before merging anything
         for v in samples(rank, step, scenario):
-            stat.add(v)
+            stat.add(round(v) if isinstance(stat, tm.IntStat) else v)
     tm.set_step(STEPS)
     if scenario == "atexit":
         return  # the exit hook closes, merges and logs the last windows
     last_local = {str(k).split(".")[-1].lower(): v for k, v in stat.get().items()}
-    tm._close_all_stats()  # the last window, as at exit
-    tm._C._flush_rank_sync()
+    if scenario in ("root_exit", "long_stall") and rank != 0:
+        # What exit runs: the windows the root did not take are logged here.
+        atexit._run_exitfuncs()
+    else:
+        tm._close_all_stats()  # the last window, as at exit
+        tm._C._flush_rank_sync()
     flushed = time.monotonic() - started
     own = stat.get()
     own = {str(k).split(".")[-1].lower(): v for k, v in own.items()}
-    if scenario == "stall":
+    if scenario in ("root_exit", "long_stall") and rank != 0:
+        store = tm._internals.group_store(dist.group.WORLD)
+        leaked = [
+            k for w in range(STEPS // WINDOW_STEPS + 1) for r in range(world)
+            for k in [f"torch_monitor/loss/{w}/{r}"] if store.check([k])
+        ]
+    elif scenario == "stall":
         # The root outlives the late rank's posts: their keys must be swept.
         time.sleep(max(0.0, float(os.environ["STALL"]) + 1.5 - flushed))
         store = tm._internals.group_store(dist.group.WORLD)
@@ -98,7 +120,9 @@ def main():
         leaked = None
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump({"events": events, "get": own, "get_before_last": last_local,
-                   "seconds": flushed, "leaked": leaked}, f)
+                   "seconds": flushed, "leaked": leaked, "warnings": warned}, f)
+    if scenario in ("root_exit", "long_stall"):
+        os._exit(0)  # no collective or group teardown with a rank gone
     if scenario not in ("stall", "exit"):
         dist.barrier()  # the user's own collective at a point every rank reaches
     dist.destroy_process_group()

@@ -111,6 +111,12 @@ def _tensors():
         "requires_grad": torch.randn(100, generator=g).requires_grad_(),
         "nan_inf": torch.tensor([1.0, nan, 2.0, inf, -inf]),
         "nan_only_some": torch.tensor([nan, 0.5]),
+        # CPU tensors are bucketed in chunks of 2**20 elements (whole rows,
+        # or parts of a row longer than that): the chunks add up exactly.
+        "chunks": torch.randn(3_000_000, generator=g),
+        "chunks_long_rows": torch.randn(2, 1_500_000, generator=g, dtype=torch.float64),
+        "chunks_expanded": torch.randn(1000, generator=g).expand(3000, 1000),
+        "chunks_nan_late": torch.cat([torch.randn(2_500_000, generator=g), torch.tensor([nan])]),
     }
 
 

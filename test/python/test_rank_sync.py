@@ -145,6 +145,10 @@ def test_stalled_rank_gives_a_partial_merge_and_no_leaked_keys(tmp_path):
     check_windows(merged_events(results[0]), [range(2)] * 3, "stall")
     assert results[0]["seconds"] < 10
     assert results[0]["leaked"] == []
+    # Rank 0 marked the late windows: rank 2 logged them itself, with a word.
+    own = merged_events(results[2])
+    assert [e["data"]["ranks"] for e in own] == [1, 1, 1], own
+    assert any("after rank 0 had merged the window" in w for w in results[2]["warnings"])
 
 
 def test_rank_that_exits_early_gives_a_partial_merge(tmp_path):
@@ -183,3 +187,67 @@ def test_scripted_stat_with_sync_ranks(tmp_path):
     results, _ = run_ranks(tmp_path, 2, "script")
     check_windows(merged_events(results[0]), [range(2)] * 3, "script")
     assert merged_events(results[1]) == []
+
+
+# -- ranks that disagree, die or stall (issue 17, items 6 and 7) -------------
+
+
+def local_windows(result, scenario, rank):
+    """The rank's own windows it logged itself, each checked: one rank."""
+    events = merged_events(result)
+    for w, event in enumerate(events):
+        assert event["data"]["ranks"] == 1, event
+    return events
+
+
+@pytest.mark.parametrize("scenario", ["mismatch_type", "mismatch_window"])
+def test_ranks_whose_stats_differ_are_never_merged(tmp_path, scenario):
+    # Rank 0 Stat("loss"), rank 1 IntStat("loss") merged to min 1e-323 and a
+    # wrong sum; window_steps 4 on rank 0 and 8 on rank 1 merged rank 1's
+    # 8-step windows into 4-step ones. Now rank 0 refuses them and says so;
+    # rank 1 logs its windows itself.
+    results, _ = run_ranks(tmp_path, 2, scenario, env={"DEADLINE": "1"})
+    check_windows(merged_events(results[0]), [range(1)] * 3, scenario)
+    warned = [w for w in results[0]["warnings"] if "is not the same on every rank" in w]
+    assert len(warned) == 1, results[0]["warnings"]
+    other = (
+        "rank 1 a IntStat with window_steps=4"
+        if scenario == "mismatch_type"
+        else "rank 1 a Stat with window_steps=8"
+    )
+    assert "Stat 'loss'" in warned[0] and "rank 0 has a Stat with window_steps=4" in warned[0], warned
+    assert other in warned[0], warned
+    own = local_windows(results[1], scenario, 1)
+    expected = 3 if scenario == "mismatch_type" else 2  # 8-step windows over 12 steps
+    assert len(own) == expected, own
+    assert sum(e["data"]["loss.count"] for e in own) == 2 * worker.STEPS, own
+    assert any("not merged across ranks" in w for w in results[1]["warnings"]), results[1]["warnings"]
+
+
+def test_windows_of_a_rank_whose_root_died_are_logged_on_that_rank(tmp_path):
+    # Rank 0 dies at step 4: rank 1's windows went to a Store nobody merged
+    # and vanished. Now rank 1 takes them back (at exit, after waiting the
+    # deadline for rank 0), logs them itself, and leaves no key behind.
+    results, _ = run_ranks(tmp_path, 2, "root_exit", env={"DEADLINE": "1"})
+    assert 0 not in results
+    own = local_windows(results[1], "root_exit", 1)
+    assert len(own) == 3, own
+    for w, event in enumerate(own):
+        got = {k.split(".")[1]: v for k, v in event["data"].items() if k.startswith("loss.")}
+        assert got == reference([1], w, "root_exit"), (w, got)
+    assert results[1]["leaked"] == [], results[1]["leaked"]
+    assert any("rank 0 did not take it" in w for w in results[1]["warnings"]), results[1]["warnings"]
+
+
+def test_windows_of_a_rank_stalled_past_the_sweep_are_logged_on_that_rank(tmp_path):
+    # Rank 1 stalls 3 s, past 20 deadlines of 0.1 s: rank 0 merged without it
+    # and stopped looking for its keys. Its late windows were dropped without
+    # a word and 7 keys stayed in the Store.
+    results, _ = run_ranks(tmp_path, 2, "long_stall", env={"DEADLINE": "0.1", "STALL": "3"})
+    check_windows(merged_events(results[0]), [range(1)] * 3, "long_stall")
+    own = local_windows(results[1], "long_stall", 1)
+    assert len(own) == 3, own
+    for w, event in enumerate(own):
+        got = {k.split(".")[1]: v for k, v in event["data"].items() if k.startswith("loss.")}
+        assert got == reference([1], w, "long_stall"), (w, got)
+    assert results[1]["leaked"] == [], results[1]["leaked"]

@@ -502,3 +502,149 @@ def test_fork_while_threads_add_and_log_never_deadlocks_the_child():
         """,
         timeout=300,
     )
+
+
+# ---------------------------------------------------------------------------
+# Round two (issue 17)
+
+
+def test_every_face_class_refuses_to_be_made_uninitialised():
+    # TensorBoardWriter.__new__(TensorBoardWriter) used to give an object
+    # whose add_scalar segfaulted; a bare DifferenceMonitorCore's repr read
+    # garbage. Every class with a C++ object behind it now runs __init__ in
+    # __new__: without arguments __new__ raises __init__'s TypeError, or,
+    # for a class whose arguments all have defaults, makes a whole object.
+    run(
+        """
+        from torch_monitor import _C, _spellings
+        classes = [getattr(tm, name) for name in _spellings.FACES] + [_C.DifferenceMonitorCore]
+        assert len(classes) == 11, classes
+        for cls in classes:
+            try:
+                obj = cls.__new__(cls)
+            except TypeError:
+                continue
+            assert _C._face_initialised(obj), cls
+            repr(obj), hash(obj), obj == obj
+            obj.close()
+        for cls in (tm.TensorBoardWriter, tm.JsonLinesWriter, tm.PrometheusTextFile,
+                    tm.Stat, tm.IntStat, tm.WaitCounter, tm.WaitCounterTracker):
+            raises(TypeError, [], cls.__new__, cls)
+        # The crash of the report, now a TypeError at __new__.
+        raises(TypeError, [], tm.TensorBoardWriter.__new__, tm.TensorBoardWriter)
+        # A real one still works after all that.
+        core = _C.DifferenceMonitorCore(tm.EMAReducer(1.0, 0.5), "weight")
+        assert repr(core).startswith("DifferenceMonitorCore(attr='weight'"), repr(core)
+        """
+    )
+
+
+def test_copying_a_wait_counter_tracker_is_refused():
+    # copy.copy used to return a bare ScriptObject sharing the tracker's
+    # state; the docs say trackers refuse copying.
+    run(
+        """
+        import copy
+        counter = tm.WaitCounter("copy.me")
+        tracker = counter.guard()
+        for fn in (copy.copy, copy.deepcopy):
+            raises(TypeError, ["a WaitCounterTracker cannot be copied"], fn, tracker)
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            raises(TypeError, ["cannot be pickled"], pickle.dumps, tracker, protocol)
+        with tracker:
+            pass
+        """
+    )
+
+
+def test_a_step_that_goes_back_closes_the_window_and_opens_the_one_it_is_in():
+    # window_steps=100: set_step(1000), add(1); set_step(5), add(2);
+    # set_step(50), add(3); set_step(1100), add(4) used to log ONE window
+    # [1000, 1100) with count 3 and sum 6. As a restarted run would: the
+    # window [1000, 1100) is logged with its one sample when the step goes
+    # back (at the step reached, 1000), [0, 100) holds 2 and 3, and 4 opens
+    # [1100, 1200).
+    run(
+        """
+        got = []
+        handle = tm.register_event_handler(lambda e: got.append((e.step, dict(e.data))))
+        for Stat in (tm.Stat, tm.IntStat):
+            got.clear()
+            s = Stat("back", [tm.COUNT, tm.SUM], window_steps=100)
+            tm.set_step(1000); s.add(1)
+            tm.set_step(5)
+            assert got == [(1000, {"back.count": 1, "back.sum": 1})], got
+            s.add(2)
+            tm.set_step(50); s.add(3)
+            tm.set_step(1100); s.add(4)
+            assert got[1:] == [(1100, {"back.count": 2, "back.sum": 5})], got
+            assert s.count == 1
+            # Within the window, or back to its start, nothing closes.
+            tm.set_step(1150); tm.set_step(1100)
+            assert len(got) == 2, got
+            # A capped Stat compares windows at every add, and so did before.
+            capped = Stat("back.capped", [tm.COUNT], window_steps=100, max_samples=10)
+            tm.set_step(1000); capped.add(1); tm.set_step(5); capped.add(1)
+            assert got[-1] == (5, {"back.capped.count": 1}), got
+            del s, capped
+        # set_step(None): step windows read step 0 again, as set_step(0).
+        got.clear()
+        s = tm.Stat("cleared", [tm.COUNT], window_steps=10)
+        tm.set_step(40); s.add(1.0)
+        tm.set_step(None)
+        assert got == [(40, {"cleared.count": 1.0})], got
+        """
+    )
+
+
+def test_step_windows_near_the_largest_step_do_not_overflow():
+    # window_steps=3 at step 2**63-2: the window's end overflowed int64 and
+    # every add closed a window.
+    run(
+        """
+        got = []
+        handle = tm.register_event_handler(lambda e: got.append(dict(e.data)))
+        top = 2**63 - 1
+        for steps in (3, 1, 7):
+            got.clear()
+            s = tm.Stat(f"top{steps}", [tm.COUNT], window_steps=steps)
+            tm.set_step(top - 1)
+            for _ in range(5):
+                s.add(1.0)
+            tm.set_step(top)  # the last window also holds the largest step
+            for _ in range(5):
+                s.add(1.0)
+            assert got == [], (steps, got)
+            assert s.count == 10, (steps, s.count)
+            del s
+            assert got == [{f"top{steps}.count": 10.0}], (steps, got)
+            tm.set_step(None)
+        """
+    )
+
+
+def test_meta_tensors_are_refused_where_they_enter():
+    # A meta tensor holds no values. Stat.add accepted one and its samples
+    # were dropped at window close with a 35-frame C++ backtrace in the
+    # warning; log_event logged nothing and raised nothing.
+    run(
+        """
+        meta = torch.ones(3, device="meta")
+        got = []
+        handle = tm.register_event_handler(got.append)
+        for Stat in (tm.Stat, tm.IntStat):
+            s = Stat("meta", [tm.COUNT], 3600)
+            sample = meta if Stat is tm.Stat else meta.long()
+            raises(ValueError, ["Stat 'meta': cannot add a tensor on the meta device"], s.add, sample)
+            assert s.count == 0
+        raises(ValueError, ["the value of 'loss' is a tensor on the meta device"],
+               tm.log_event, "e", {"loss": torch.tensor(1.0, device="meta")})
+
+        @torch.jit.script
+        def scripted(stat: torch.classes.torch_monitor.Stat, t: torch.Tensor):
+            stat.add(t)
+        raises(Exception, ["cannot add a tensor on the meta device"],
+               scripted, tm.Stat("scripted.meta", [tm.COUNT], 3600), meta)
+        assert got == []
+        """
+    )

@@ -352,17 +352,15 @@ def test_every_pickle_protocol_and_uninitialised_objects_raise_or_work():
                 assert "pickle the torch_monitor reducer" in str(e)
             else:
                 raise AssertionError("the handle pickled")
-        bare = _C.DifferenceMonitorCore.__new__(_C.DifferenceMonitorCore)
-        for call in (lambda: bare.before(torch.zeros(1), True),
-                     lambda: bare.after(torch.zeros(1), True),
-                     lambda: bare.peek(),
-                     lambda: bare.attr):
-            try:
-                call()
-            except TypeError:
-                pass
-            else:
-                raise AssertionError("an uninitialised core worked")
+        # Never made uninitialised: __new__ runs __init__ (which needs its
+        # arguments), so no method, slot (repr, ==, hash) or property can
+        # meet a core without its C++ object.
+        try:
+            _C.DifferenceMonitorCore.__new__(_C.DifferenceMonitorCore)
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("an uninitialised core was made")
         handle = _C._ReducerHandle.__new__(_C._ReducerHandle)
         try:
             handle.peek()
@@ -378,3 +376,164 @@ def test_every_pickle_protocol_and_uninitialised_objects_raise_or_work():
         timeout=120,
     )
     assert out.stdout.startswith("ok")
+
+
+# ---------------------------------------------------------------------------
+# Round two (issue 17): reducers and monitors check what they are given
+
+
+def test_python_fold_and_interpolate_of_the_wrong_shape_name_the_users_class():
+    # A fold returning the wrong shape was blamed on "PassthroughReducer" and
+    # "the criterion"; an interpolate returning [99] for a [3] state came
+    # back from view(0.5) as if it were a state.
+    out = run_isolated(
+        """
+        import torch
+        import torch_monitor as tm
+
+        class Grows(tm.FoldReducer):
+            def fold(self, obs, state):
+                return obs if state is None else torch.cat([state, obs])
+
+        class Wrong(tm.FoldReducer):
+            def fold(self, obs, state):
+                return obs
+            def interpolate(self, prev_data, next_data, sample_at, step_time):
+                return torch.zeros(99)
+
+        grows = Grows(1.0, 2.0)
+        grows(torch.ones(3))
+        try:
+            grows(torch.ones(3))
+        except ValueError as e:
+            message = str(e)
+        assert "Grows" in message and "Grows.fold" in message, message
+        assert "PassthroughReducer" not in message and "criterion" not in message, message
+        wrong = Wrong(1.0, 2.0)
+        wrong(torch.ones(3))
+        wrong(torch.ones(3))
+        for time in (0.5, torch.tensor(0.5), torch.full((3,), 0.5)):
+            try:
+                wrong.view(time)
+            except ValueError as e:
+                message = str(e)
+            else:
+                raise AssertionError(f"view({time}) returned a wrong shape")
+            assert "Wrong.interpolate returned a tensor of shape [99]" in message, message
+        print("ok")
+        """
+    )
+    assert out.stdout.strip() == "ok", out.describe()
+
+
+def test_reducer_restore_refuses_histories_it_cannot_use():
+    out = run_isolated(
+        """
+        import math
+        import torch
+        import torch_monitor as tm
+
+        def raises(fragments, fn, *args, **kwargs):
+            try:
+                fn(*args, **kwargs)
+            except ValueError as e:
+                for fragment in fragments:
+                    assert fragment in str(e), (fragment, str(e))
+                return str(e)
+            raise AssertionError(f"no ValueError from {fn} {args}")
+
+        reducer = tm.PassthroughReducer(1.0, 3.0)  # 3 states
+        reducer(torch.ones(2))
+        state = reducer.script_reducer.state()
+        history = state[9]
+        assert history.shape == (3, 2), history.shape
+
+        def load(**changes):
+            fields = list(state)
+            for index, value in changes.items():
+                fields[int(index[1:])] = value
+            fresh = tm.PassthroughReducer(1.0, 3.0)
+            fresh.script_reducer.load_state(tuple(fields))
+            return fresh
+
+        # Rows sharing memory loaded, then every forward failed; sparse, meta
+        # and requires_grad histories loaded (a sparse one broke dump()).
+        raises(["rows that share memory"], load, f9=history[:1].expand(3, 2))
+        raises(["must be a dense tensor"], load, f9=history.to_sparse())
+        raises(["on the meta device"], load, f9=torch.zeros(3, 2, device="meta"))
+        raises(["requires grad"], load, f9=history.clone().requires_grad_())
+        fine = load(f9=history.clone())
+        fine(torch.zeros(2))
+        torch.testing.assert_close(fine.dump()[0], torch.zeros(2))
+        # duration=1e14 loaded and failed at the first forward (800 TB).
+        raises(["more recorded states than a history may hold"], load, f3=1e14)
+        raises(["more recorded states than a history may hold"], tm.PassthroughReducer, 1.0, 1e14)
+        # step_time=inf gave a message containing "-nan".
+        for bad in (math.inf, math.nan):
+            message = raises(["step_time must be a finite number"], tm.PassthroughReducer, bad, math.inf)
+            assert "nan" not in message.replace(str(bad), ""), message
+        raises(["duration must be a finite number"], tm.PassthroughReducer, 1.0, math.inf)
+        # view(1e300, tolerance=inf) converted an out-of-range double to int64.
+        raises(["tolerance must be a finite number >= 0"], reducer.view, 1e300, math.inf)
+        raises(["tolerance must be a finite number >= 0"], reducer.view, torch.tensor(1e300), math.inf)
+        raises(["tolerance must be a finite number >= 0"], reducer.view, 0.0, -1.0)
+        # A finite tolerance beyond the range reads the end it widens.
+        torch.testing.assert_close(reducer.view(1e300, 1e300), reducer.view(2.0))
+        torch.testing.assert_close(reducer.view(torch.tensor(1e300, dtype=torch.float64), 1e300), reducer.view(2.0))
+        torch.testing.assert_close(reducer.view(-1e300, 1e300), reducer.view(0.0))
+        print("ok")
+        """
+    )
+    assert out.stdout.strip() == "ok", out.describe()
+
+
+def test_monitor_names_and_kinds_are_checked_also_when_loaded():
+    # A NUL in the attribute path was accepted (it cuts C strings and the
+    # generated hook code short); a saved state with an unknown kind or a
+    # NUL in its name loaded.
+    out = run_isolated(
+        """
+        import io
+        import torch
+        from torch import nn
+        import torch_monitor as tm
+        from torch_monitor import _C
+
+        def raises(fragments, fn, *args):
+            try:
+                fn(*args)
+            except ValueError as e:
+                for fragment in fragments:
+                    assert fragment in str(e), (fragment, str(e))
+                return
+            raise AssertionError(f"no ValueError from {fn} {args}")
+
+        m = nn.Linear(2, 2)
+        reducer = tm.EMAReducer(1.0, 0.5)
+        raises(["attribute path contains a NUL"], tm.DifferenceMonitor, reducer, "w\\x00x", m)
+        raises(["attribute path contains a NUL"], _C.DifferenceMonitorCore, reducer, "w\\x00x")
+        raises(["kind must name a monitor class", "'Nonsense'"],
+               _C.DifferenceMonitorCore, reducer, "weight", True, True, None, None, None, False, "Nonsense")
+
+        core = _C.DifferenceMonitorCore(reducer, "weight")
+        _, reduce_args = core.__reduce_ex__(2)
+        state = reduce_args[0]
+        assert state[1] == "weight" and state[6] == "DifferenceMonitor", state
+        raises(["kind must name a monitor class"], _C._difference_monitor_core_from_state,
+               state[:6] + ("Nonsense",))
+        raises(["contains a NUL"], _C._difference_monitor_core_from_state,
+               state[:1] + ("w\\x00x",) + state[2:])
+        # TorchScript's constructor, which loading a saved module runs too.
+        ts = torch.classes.torch_monitor.DifferenceMonitor
+        script_reducer = reducer.script_reducer
+        for name, kind in (("w\\x00x", "DifferenceMonitor"), ("weight", "Nonsense")):
+            try:
+                ts(script_reducer, name, True, True, False, kind)
+            except Exception as e:
+                assert "NUL" in str(e) or "kind must name" in str(e), str(e)
+            else:
+                raise AssertionError((name, kind))
+        print("ok")
+        """
+    )
+    assert out.stdout.strip() == "ok", out.describe()

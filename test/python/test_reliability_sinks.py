@@ -389,3 +389,170 @@ def test_torchscript_paths_are_checked_by_the_constructors(tm, tmp_path):
     with pytest.raises(ValueError, match="is a directory"):
         classes.JsonLinesWriter(str(tmp_path), 1.0, 1 << 20, [], True)
     assert os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------ round two (issue 17)
+
+
+def test_exporter_does_not_spin_when_the_process_is_out_of_descriptors(tm):
+    # accept4 failed with EMFILE, the listening socket stayed readable and
+    # poll() returned at once: 4.9 s of CPU in 5 s, the waiting client
+    # unserved until descriptors were freed. Now the server leaves the
+    # listening socket alone for a while, warns once, and serves the client
+    # as soon as a descriptor is free again.
+    out = run_isolated(
+        """
+        import os, resource, socket, time, warnings
+        import torch_monitor as tm
+        warnings.simplefilter("always")
+        exporter = tm.PrometheusExporter()
+        client = socket.socket()  # made before the descriptors run out
+        client.settimeout(10)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        filler = []
+        try:
+            while True:
+                filler.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            pass
+        client.connect(("127.0.0.1", exporter.port))  # queued: no fd to accept it
+        client.sendall(b"GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+        cpu = time.process_time()
+        time.sleep(2.0)
+        cpu = time.process_time() - cpu
+        for fd in filler:
+            os.close(fd)
+        response = b""
+        while b"\\r\\n\\r\\n" not in response:
+            chunk = client.recv(4096)
+            if not chunk:
+                break
+            response += chunk
+        print("cpu", round(cpu, 3))
+        print("status", response.split(b"\\r\\n")[0].decode())
+        print("problems", exporter.problems)
+        """,
+        timeout=60,
+    )
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    assert float(lines["cpu"]) < 0.5, out.describe()  # was ~2.0: a spinning core
+    assert lines["status"] == "HTTP/1.1 200 OK", out.describe()
+    assert "cannot accept connections: Too many open files" in lines["problems"], out.describe()
+
+
+def test_a_huge_request_head_gets_its_431(tm):
+    # A 1 MB header used to get a connection reset (the server closed with
+    # unread bytes) instead of the documented 431.
+    import socket
+
+    exporter = tm.PrometheusExporter()
+    try:
+        for size in (20_000, 1_000_000):
+            with socket.create_connection(("127.0.0.1", exporter.port), timeout=10) as s:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nX-Big: " + b"a" * size + b"\r\n\r\n")
+                response = b""
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    response += chunk
+            assert response.startswith(b"HTTP/1.1 431 "), (size, response[:200])
+        # Garbage is still answered too, and a good scrape follows.
+        with socket.create_connection(("127.0.0.1", exporter.port), timeout=10) as s:
+            s.sendall(bytes(range(256)) * 64)
+            assert s.recv(100).startswith(b"HTTP/1.1 400 ")
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics", timeout=5) as r:
+            assert r.status == 200
+    finally:
+        exporter.close()
+
+
+def test_count_total_is_a_counter_whatever_the_counts_logged(tm):
+    # _count_total added raw event values through undefined int conversions:
+    # three counts of 2**62 gave -4.6e18, a NaN count gave INT64_MIN, and a
+    # negative count made the counter go down.
+    import datetime
+
+    from prometheus_client import parser
+
+    sink = tm.PrometheusExporter()
+
+    def total():
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{sink.port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        for family in parser.text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "torch_monitor_c_count_total":
+                    return sample.value
+        raise AssertionError(text)
+
+    def log(count):
+        tm.log_event(tm.Event("torch.monitor.Stat", datetime.datetime.now(), {"c.count": count}))
+
+    sink.register()
+    try:
+        for _ in range(3):
+            log(2**62)
+        assert total() == 3 * 2.0**62
+        log(float("nan"))
+        assert total() == 3 * 2.0**62
+        log(-5)
+        log(-1e300)
+        assert total() == 3 * 2.0**62
+        log(float("inf"))
+        assert total() == 3 * 2.0**62
+        log(2.5)
+        assert total() == 3 * 2.0**62 + 2.5
+    finally:
+        sink.close()
+
+
+def test_histogram_of_a_large_cpu_tensor_needs_no_copy_of_it():
+    # add_histogram on the CPU converted the whole input to float64
+    # (reshape(-1).to(double)): a 381 MB float32 tensor raised the peak RSS
+    # by 767 MB, and an expanded tensor was materialised. Now it is bucketed
+    # in chunks of 2**20 elements; the result is unchanged.
+    out = run_isolated(
+        """
+        import resource
+        import numpy as np
+        import torch
+        import torch_monitor as tm
+        from torch_monitor import _C
+        from torch.utils.tensorboard.summary import histogram
+        torch.manual_seed(0)
+        big = torch.randn(25_000_000)  # 100 MB of float32
+        expanded = torch.ones(1).expand(50_000_000)  # 4 bytes, 50 M elements
+        # Warm up (libraries, thread pools) on a small tensor first.
+        tm.TensorBoardWriter("runs_unused", flush_interval=3600).close()
+        def peak_mb():
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        w = tm.TensorBoardWriter(__import__("tempfile").mkdtemp(), flush_interval=3600)
+        w.add_histogram("warm", torch.randn(3_000_000), 0)
+        before = peak_mb()
+        w.add_histogram("big", big, 1)
+        w.add_histogram("expanded", expanded, 2)
+        grown = peak_mb() - before
+        print("grown", round(grown))
+        w.close()
+        """,
+        timeout=300,
+    )
+    grown = float(out.stdout.split()[1])
+    assert grown < 60, out.describe()  # was > 300 MB (a float64 copy and more)
+
+
+def test_prometheus_text_file_refuses_a_directory(tm, tmp_path):
+    # JsonLinesWriter refused a directory as its path; PrometheusTextFile
+    # accepted one (and failed to rename over it at every window).
+    with pytest.raises(ValueError, match="is a directory"):
+        tm.PrometheusTextFile(tmp_path)
+    import torch
+
+    with pytest.raises(ValueError, match="is a directory"):
+        torch.classes.torch_monitor.PrometheusTextFile(str(tmp_path), {})

@@ -47,9 +47,19 @@ TORCH_MONITOR_API void setDefaultRankGroup(
 TORCH_MONITOR_API std::shared_ptr<const RankGroup> defaultRankGroup();
 
 // Waits (bounded by the groups' deadlines) until every window closed so far
-// has been posted and, on the root, merged and logged. Called at exit (after
-// closeAllStats()); Python calls it from its atexit hook.
+// has been posted and, on the root, merged and logged; on the other ranks,
+// taken by the root (or logged here, see postRankWindow in
+// detail/rank_sync.h).
 // Thread safety: callable from any thread.
 TORCH_MONITOR_API void flushRankSync() noexcept;
+
+// Flushes as flushRankSync() does, except that a rank other than the root
+// waits at most its group's deadline for the root to take its windows and
+// logs the rest itself; then stops the rank sync thread for good (later
+// windows are logged locally). Runs at exit, after closeAllStats(): by
+// itself (std::atexit) and from Python's exit sequence, before Python's
+// handlers go. Idempotent.
+// Thread safety: callable from any thread.
+TORCH_MONITOR_API void stopRankSync() noexcept;
 
 } // namespace torch_monitor

@@ -140,7 +140,8 @@ class TORCH_MONITOR_API Stat : private detail::StatEngine<T> {
   // host reads the window's summaries once, when the window closes; only
   // with a finite maxSamples, whose cap counts single samples, is it copied
   // to the host at once. Throws c10::TypeError for a complex tensor, and for
-  // a floating-point one in a Stat<int64_t>.
+  // a floating-point one in a Stat<int64_t>; c10::ValueError for an
+  // undefined tensor or one on the meta device (it holds no values).
   void add(const at::Tensor& values);
 
   const std::string& name() const noexcept {

@@ -27,11 +27,16 @@ TORCH_MONITOR_API extern std::atomic<int64_t> trainingStep;
 TORCH_MONITOR_API void checkStep(int64_t step, std::string_view what);
 
 // Sets the step. Throws c10::ValueError for a negative step (TensorBoard's
-// step axis and step windows start at 0).
+// step axis and step windows start at 0). A step before the last one (a run
+// restarted from a checkpoint) closes the open windows of the Stats with
+// step windows that do not hold it, logging them at the step reached; their
+// next add() opens the window the new step is in. A handler exception of
+// those events is rethrown once all are logged (the step is set).
 TORCH_MONITOR_API void setStep(int64_t step);
 
 // Forgets the step: getStep() is empty again, as before the first
-// setStep().
+// setStep(). Step windows then read step 0, which closes their open windows
+// as setStep(0) would (a failing handler is reported as a warning).
 TORCH_MONITOR_API void clearStep() noexcept;
 
 // setStep(*step), or clearStep() for nothing: what the Python and

@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/detail/lifecycle.h>
+#include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 
 namespace torch_monitor {
@@ -141,6 +142,32 @@ void LiveStat::untrack() {
   r.unlink(*this);
 }
 
+void stepWentBack(int64_t step, std::optional<int64_t> previous) {
+  std::vector<Event> events;
+  {
+    auto& r = LiveStatRegistry::get();
+    std::lock_guard<std::mutex> guard(r.mutex);
+    r.forEach([&](LiveStat& s) {
+      if (auto event = s.closeWindowLeftBehind(step, previous)) {
+        events.push_back(std::move(*event));
+      }
+    });
+  }
+  std::exception_ptr first;
+  for (const Event& event : events) {
+    try {
+      dispatchEvent(event);
+    } catch (...) {
+      if (!first) {
+        first = std::current_exception();
+      }
+    }
+  }
+  if (first) {
+    std::rethrow_exception(first);
+  }
+}
+
 void closeAllLiveStats() noexcept {
   std::vector<Event> events;
   {
@@ -161,7 +188,7 @@ void closeAllLiveStats() noexcept {
       TORCH_WARN(
           "torch_monitor: an event handler failed while closing the open "
           "Stat windows: ",
-          e.what());
+          detail::errorMessage(e));
     } catch (...) {
       TORCH_WARN(
           "torch_monitor: an event handler failed while closing the open "

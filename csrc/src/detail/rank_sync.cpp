@@ -4,15 +4,21 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
+
+#include <pthread.h>
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -20,6 +26,7 @@
 #include <torch_monitor/background_warnings.h>
 #include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/detail/live_stats.h>
+#include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
 
@@ -33,8 +40,13 @@ using SteadyClock = std::chrono::steady_clock;
 // this often: a Store check is one round trip, and a window's merge waits
 // for the slowest rank anyway.
 constexpr auto kPollInterval = std::chrono::milliseconds(2);
-// Keys of ranks that missed a window's deadline are deleted if they arrive
-// later, looked for this often and for this many deadlines.
+// A rank other than the root looks this often whether the root took the
+// windows it posted (at exit: kExitWatchInterval).
+constexpr auto kWatchInterval = std::chrono::milliseconds(200);
+constexpr auto kExitWatchInterval = std::chrono::milliseconds(10);
+// Keys of ranks that missed a window's deadline are marked late if they
+// arrive later, looked for this often and for this many deadlines; a rank
+// gives up on a window the root did not take after as many.
 constexpr auto kLeftoverSweepInterval = std::chrono::milliseconds(500);
 constexpr int kLeftoverDeadlines = 20;
 // Windows queued for the thread at most; beyond, windows are logged locally
@@ -43,26 +55,43 @@ constexpr size_t kMaxQueuedWindows = 4096;
 // Empty markers posted at most for the windows a rank skipped.
 constexpr int64_t kMaxEmptyMarkers = 64;
 
-constexpr size_t kShareBytes = 6 * sizeof(uint64_t);
+constexpr size_t kShareBytes = 8 * sizeof(uint64_t);
 
-std::vector<uint8_t> encode(const RankShare& share) {
-  const uint64_t fields[6] = {
+using Bytes = std::vector<uint8_t>;
+
+// What a share's key holds once it is decided (one byte: never a share):
+// the root took it into a merge; the root refused it (the ranks' Stats
+// differ); it came after the root gave up waiting for it; its rank took it
+// back (the root did not take it in time) and logs it itself.
+const Bytes kTaken{'T'};
+const Bytes kRefused{'R'};
+const Bytes kLate{'L'};
+const Bytes kGivenUp{'G'};
+// Never a key's value: compareSet(key, kAbsent, kAbsent) reads a key
+// without waiting for it (Store::get waits until it exists), kAbsent
+// meaning there is none.
+const Bytes kAbsent{'?'};
+
+Bytes encode(const RankShare& share) {
+  const uint64_t fields[8] = {
       uint64_t(share.count),
       share.sum,
       share.min,
       share.max,
       share.value,
-      uint64_t(share.step)};
-  std::vector<uint8_t> bytes(kShareBytes);
+      uint64_t(share.step),
+      uint64_t(share.shape.integer) | (uint64_t(share.shape.steps) << 1),
+      uint64_t(share.shape.length)};
+  Bytes bytes(kShareBytes);
   std::memcpy(bytes.data(), fields, kShareBytes);
   return bytes;
 }
 
-std::optional<RankShare> decode(const std::vector<uint8_t>& bytes) {
+std::optional<RankShare> decode(const Bytes& bytes) {
   if (bytes.size() != kShareBytes) {
-    return std::nullopt; // not ours: ignored rather than misread
+    return std::nullopt; // a marker, or not ours: never misread as a share
   }
-  uint64_t fields[6];
+  uint64_t fields[8];
   std::memcpy(fields, bytes.data(), kShareBytes);
   RankShare share;
   share.count = int64_t(fields[0]);
@@ -71,7 +100,15 @@ std::optional<RankShare> decode(const std::vector<uint8_t>& bytes) {
   share.max = fields[3];
   share.value = fields[4];
   share.step = int64_t(fields[5]);
+  share.shape.integer = (fields[6] & 1) != 0;
+  share.shape.steps = (fields[6] & 2) != 0;
+  share.shape.length = int64_t(fields[7]);
   return share;
+}
+
+// The value of `key`, kAbsent when there is none; never waits.
+Bytes peek(c10d::Store& store, const std::string& key) {
+  return store.compareSet(key, kAbsent, kAbsent);
 }
 
 void dispatchLogged(const Event& event) noexcept {
@@ -80,7 +117,7 @@ void dispatchLogged(const Event& event) noexcept {
   } catch (const std::exception& e) {
     TORCH_WARN(
         "torch_monitor: an event handler failed on the rank sync thread: ",
-        e.what());
+        errorMessage(e));
   } catch (...) {
     TORCH_WARN("torch_monitor: an event handler failed on the rank sync thread");
   }
@@ -89,24 +126,37 @@ void dispatchLogged(const Event& event) noexcept {
 // One window to post, and on the root to merge.
 struct Outgoing {
   std::shared_ptr<const RankGroup> group;
+  std::string stat;
   std::string prefix; // "torch_monitor/<stat>/<window>/"; keys add the rank
-  std::vector<uint8_t> share;
-  MergedEventBuilder build; // the root's only
+  RankShare share;
+  MergedEventBuilder build; // merges (root) or logs this rank's share alone
 };
 
 // A window the root merges once every rank posted, or at its deadline.
 struct Merge {
   std::shared_ptr<const RankGroup> group;
+  std::string stat;
   std::string prefix;
+  RankShare own; // the root's: other ranks' shapes must match its shape
   MergedEventBuilder build;
   SteadyClock::time_point deadline;
 };
 
-// Keys of ranks that missed their window's deadline, deleted if they come.
+// Keys of ranks that missed their window's deadline, marked late if they
+// come (their ranks then log those windows themselves).
 struct Leftover {
   std::shared_ptr<const RankGroup> group;
   std::vector<std::string> keys;
   SteadyClock::time_point expiry;
+};
+
+// A window a rank other than the root posted, until the root took it or the
+// rank took it back.
+struct Watch {
+  Outgoing posted;
+  std::string key;
+  Bytes bytes;
+  SteadyClock::time_point postedAt;
 };
 
 struct SyncedStat {
@@ -117,6 +167,14 @@ struct SyncedStat {
 
 std::string keyOf(const std::string& prefix, int64_t rank) {
   return prefix + std::to_string(rank);
+}
+
+// The window index in a key prefix "torch_monitor/<stat>/<window>/", for
+// messages.
+std::string windowOf(const std::string& prefix) {
+  const size_t end = prefix.size() - 1;
+  const size_t begin = prefix.rfind('/', end - 1) + 1;
+  return prefix.substr(begin, end - begin);
 }
 
 // Lock order: the mutex is taken last (postRankWindow runs under the
@@ -137,6 +195,9 @@ struct RankSync {
   bool stopping = false;
   bool shutDown = false; // stopped at exit: windows are logged locally
   bool forkedChild = false; // the parent's Store connections are not ours
+  // Set by stopRankSync(): from then on a rank waits at most the deadline
+  // for the root to take a window.
+  std::optional<SteadyClock::time_point> exitStarted;
 
   // Set once the first synced Stat (or a default group) created it, so
   // that the exit flush costs programs that never sync nothing.
@@ -153,12 +214,7 @@ struct RankSync {
         // Before closeAllStats()'s stage: the last windows are closed here,
         // then merged, then the thread stops.
         closeAllLiveStats();
-        waitForRankSync();
-        RankSync& s = get();
-        std::unique_lock<std::mutex> lock(s.mutex);
-        s.shutDown = true;
-        s.stopping = true;
-        s.wake.notify_all();
+        stopRankSyncThread();
       });
       return s;
     }();
@@ -177,47 +233,67 @@ struct RankSync {
     running = true;
   }
 
+  // State only the thread touches.
+  struct Work {
+    std::vector<Merge> merges;
+    std::vector<Leftover> leftovers;
+    std::vector<Watch> watches;
+    // Problems warned about once each: "<reason>/<stat>/<rank>".
+    std::unordered_set<std::string> warned;
+    SteadyClock::time_point nextSweep;
+    SteadyClock::time_point nextWatch;
+  };
+
   void run() {
     // Its warnings (a failing handler, a Store error) have no caller to see
     // them: in Python they become warnings on the main thread.
     routeThreadWarningsToBackgroundSink();
-    std::vector<Merge> merges;
-    std::vector<Leftover> leftovers;
-    auto nextSweep = SteadyClock::now();
+    Work work;
+    work.nextSweep = work.nextWatch = SteadyClock::now();
     std::unique_lock<std::mutex> lock(mutex);
     while (true) {
       std::vector<Outgoing> batch(
           std::make_move_iterator(queue.begin()),
           std::make_move_iterator(queue.end()));
       queue.clear();
-      busy = merges.size() + batch.size();
-      if (stopping && batch.empty() && merges.empty()) {
+      busy = work.merges.size() + work.watches.size() + batch.size();
+      const bool stop = stopping;
+      const auto exitStartedAt = exitStarted;
+      if (stop && batch.empty() && work.merges.empty() &&
+          work.watches.empty()) {
         break; // leftovers are dropped: their ranks are most likely gone
       }
       lock.unlock();
       for (Outgoing& out : batch) {
-        post(out, merges);
+        post(out, work);
       }
-      pollMerges(merges, leftovers);
+      pollMerges(work);
       const auto now = SteadyClock::now();
-      if (!leftovers.empty() && now >= nextSweep) {
-        sweep(leftovers, now);
-        nextSweep = now + kLeftoverSweepInterval;
+      if (!work.leftovers.empty() && now >= work.nextSweep) {
+        sweep(work.leftovers, now);
+        work.nextSweep = now + kLeftoverSweepInterval;
+      }
+      if (!work.watches.empty() && (now >= work.nextWatch || stop)) {
+        checkWatches(work, now, exitStartedAt, /*takeAllBack=*/stop);
+        work.nextWatch =
+            now + (exitStartedAt ? kExitWatchInterval : kWatchInterval);
       }
       lock.lock();
-      busy = merges.size();
-      if (!queue.empty() || (stopping && merges.empty())) {
+      busy = work.merges.size() + work.watches.size();
+      if (!queue.empty() || (stopping && !stop)) {
         continue;
       }
       if (busy == 0) {
         idle.notify_all();
       }
       // Producers and stop requests notify under the mutex: no lost wake-up.
-      if (!merges.empty()) {
+      if (!work.merges.empty()) {
         wake.wait_for(lock, kPollInterval);
-      } else if (!leftovers.empty()) {
+      } else if (!work.watches.empty()) {
+        wake.wait_until(lock, work.nextWatch);
+      } else if (!work.leftovers.empty()) {
         wake.wait_for(lock, kLeftoverSweepInterval);
-      } else {
+      } else if (!stopping) {
         wake.wait(lock);
       }
     }
@@ -226,47 +302,72 @@ struct RankSync {
     idle.notify_all();
   }
 
-  static void post(Outgoing& out, std::vector<Merge>& merges) {
+  // Warns once per `key` (a reason, the stat and a rank).
+  static void warnOnce(Work& work, const std::string& key, const std::string& message) {
+    if (work.warned.insert(key).second) {
+      TORCH_WARN(message);
+    }
+  }
+
+  // Logs a window of this rank that the root will not merge, here, as a
+  // window of one rank.
+  static void logLocally(const Outgoing& out) {
+    if (out.share.count == 0) {
+      return; // an empty marker holds nothing to log
+    }
+    if (auto event = out.build({out.share})) {
+      dispatchLogged(*event);
+    }
+  }
+
+  static void post(Outgoing& out, Work& work) {
+    const std::string key = keyOf(out.prefix, out.group->rank);
+    Bytes bytes = encode(out.share);
     try {
-      out.group->store->set(keyOf(out.prefix, out.group->rank), out.share);
+      out.group->store->set(key, bytes);
     } catch (const std::exception& e) {
-      TORCH_WARN(
-          "torch_monitor: could not post a window to the rank group's "
-          "Store (",
-          out.prefix,
-          "): ",
-          e.what());
+      warnOnce(
+          work,
+          "post/" + out.stat,
+          "torch_monitor: Stat '" + out.stat +
+              "': could not post a window to the rank group's Store (" +
+              errorMessage(e) +
+              "); this rank logs such windows itself, as windows of one "
+              "rank");
+      logLocally(out);
       return;
     }
-    if (out.build) {
-      const auto deadline = SteadyClock::now() + out.group->deadline;
-      merges.push_back(Merge{
-          std::move(out.group),
-          std::move(out.prefix),
+    const auto now = SteadyClock::now();
+    if (out.group->rank == 0) {
+      const auto deadline = now + out.group->deadline;
+      work.merges.push_back(Merge{
+          out.group,
+          out.stat,
+          out.prefix,
+          out.share,
           std::move(out.build),
           deadline});
+    } else {
+      work.watches.push_back(Watch{std::move(out), key, std::move(bytes), now});
     }
   }
 
   // Merges every window whose ranks all posted or whose deadline passed.
-  static void pollMerges(
-      std::vector<Merge>& merges,
-      std::vector<Leftover>& leftovers) {
+  static void pollMerges(Work& work) {
     const auto now = SteadyClock::now();
-    for (auto it = merges.begin(); it != merges.end();) {
-      if (tryMerge(*it, now >= it->deadline, leftovers)) {
-        it = merges.erase(it);
+    for (auto it = work.merges.begin(); it != work.merges.end();) {
+      if (tryMerge(*it, now >= it->deadline, work)) {
+        it = work.merges.erase(it);
       } else {
         ++it;
       }
     }
   }
 
-  // True when the window is done (merged, or given up on).
-  static bool tryMerge(
-      Merge& merge,
-      bool pastDeadline,
-      std::vector<Leftover>& leftovers) {
+  // True when the window is done (merged, or given up on). The root takes
+  // another rank's share with compareSet (share -> kTaken), so that a rank
+  // that took it back meanwhile (kGivenUp) is never merged as well.
+  static bool tryMerge(Merge& merge, bool pastDeadline, Work& work) {
     const RankGroup& group = *merge.group;
     std::vector<std::string> keys;
     keys.reserve(group.worldSize);
@@ -274,29 +375,60 @@ struct RankSync {
       keys.push_back(keyOf(merge.prefix, r));
     }
     try {
-      std::vector<std::string> present;
+      std::vector<int64_t> present;
       std::vector<std::string> missing;
       if (group.store->check(keys)) {
-        present = keys;
+        for (int64_t r = 0; r < group.worldSize; ++r) {
+          present.push_back(r);
+        }
       } else if (!pastDeadline) {
         return false;
       } else {
-        for (const std::string& key : keys) {
-          (group.store->check({key}) ? present : missing).push_back(key);
+        for (int64_t r = 0; r < group.worldSize; ++r) {
+          if (group.store->check({keys[r]})) {
+            present.push_back(r);
+          } else {
+            missing.push_back(keys[r]);
+          }
         }
       }
-      const auto values = group.store->multiGet(present);
       std::vector<RankShare> shares;
-      for (const auto& bytes : values) {
-        if (auto share = decode(bytes)) {
+      for (const int64_t r : present) {
+        const std::string& key = keys[r];
+        // Read without waiting: a rank that took its share back may have
+        // deleted it since the check (multiGet would wait for the key).
+        const Bytes value = peek(*group.store, key);
+        const auto share = decode(value);
+        if (!share) {
+          continue; // its rank took it back: not merged here
+        }
+        if (r == group.rank) {
+          group.store->deleteKey(key); // nobody else takes the root's own
+          shares.push_back(*share);
+          continue;
+        }
+        if (share->shape != merge.own.shape) {
+          group.store->compareSet(key, value, kRefused);
+          warnOnce(
+              work,
+              "shape/" + merge.stat + "/" + std::to_string(r),
+              "torch_monitor: Stat '" + merge.stat +
+                  "' is not the same on every rank of its group: rank " +
+                  std::to_string(group.rank) + " has a " +
+                  merge.own.shape.describe() + ", rank " + std::to_string(r) +
+                  " a " + share->shape.describe() + "; rank " +
+                  std::to_string(r) +
+                  "'s windows are not merged (it logs them itself). Create "
+                  "the Stat with the same type and window on every rank");
+          continue;
+        }
+        if (group.store->compareSet(key, value, kTaken) == kTaken) {
+          group.store->deleteKey(key);
           shares.push_back(*share);
         }
       }
-      for (const std::string& key : present) {
-        group.store->deleteKey(key);
-      }
       if (!missing.empty()) {
-        leftovers.push_back(Leftover{
+        work.leftovers.push_back(Leftover{
             merge.group,
             std::move(missing),
             SteadyClock::now() + kLeftoverDeadlines * group.deadline});
@@ -307,34 +439,49 @@ struct RankSync {
         }
       }
     } catch (const std::exception& e) {
-      TORCH_WARN(
-          "torch_monitor: could not merge a window across ranks (",
-          merge.prefix,
-          "); it is not logged: ",
-          e.what());
+      warnOnce(
+          work,
+          "merge/" + merge.stat,
+          "torch_monitor: Stat '" + merge.stat +
+              "': could not merge a window across ranks (" +
+              errorMessage(e) +
+              "); rank 0 logs its own share of such windows, as windows of "
+              "one rank");
+      if (merge.own.count > 0) {
+        if (auto event = merge.build({merge.own})) {
+          dispatchLogged(*event);
+        }
+      }
     }
     return true;
   }
 
+  // Marks the shares that came after their window's merge as late, so that
+  // their ranks log them themselves.
   static void sweep(
       std::vector<Leftover>& leftovers,
       SteadyClock::time_point now) {
     for (auto it = leftovers.begin(); it != leftovers.end();) {
       auto& keys = it->keys;
+      c10d::Store& store = *it->group->store;
       try {
         keys.erase(
             std::remove_if(
                 keys.begin(),
                 keys.end(),
                 [&](const std::string& key) {
-                  // deleteKey alone cannot tell: FileStore answers true for
-                  // a key it never had.
-                  return it->group->store->check({key}) &&
-                      it->group->store->deleteKey(key);
+                  const Bytes value = peek(store, key);
+                  if (value == kAbsent) {
+                    return false; // not come yet
+                  }
+                  if (decode(value)) {
+                    store.compareSet(key, value, kLate);
+                  }
+                  return true;
                 }),
             keys.end());
       } catch (const std::exception&) {
-        keys.clear(); // the Store is gone: nothing left to clean
+        keys.clear(); // the Store is gone: nothing left to mark
       }
       if (keys.empty() || now >= it->expiry) {
         it = leftovers.erase(it);
@@ -344,13 +491,113 @@ struct RankSync {
     }
   }
 
+  // A rank other than the root: forgets the windows the root took, and
+  // takes back (then logs itself) those it refused, marked late, or did not
+  // take in time. `takeAllBack`: the thread stops, what is left is taken
+  // back now.
+  static void checkWatches(
+      Work& work,
+      SteadyClock::time_point now,
+      std::optional<SteadyClock::time_point> exitStarted,
+      bool takeAllBack) {
+    for (auto it = work.watches.begin(); it != work.watches.end();) {
+      if (resolveWatch(*it, work, now, exitStarted, takeAllBack)) {
+        it = work.watches.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // True when the window is decided: the root took it, or this rank logged
+  // it itself.
+  static bool resolveWatch(
+      Watch& watch,
+      Work& work,
+      SteadyClock::time_point now,
+      std::optional<SteadyClock::time_point> exitStarted,
+      bool takeAllBack) {
+    const Outgoing& posted = watch.posted;
+    c10d::Store& store = *posted.group->store;
+    const std::string where = "torch_monitor: Stat '" + posted.stat +
+        "', window " + windowOf(posted.prefix) + " of rank " +
+        std::to_string(posted.group->rank) + ", is not merged across ranks: ";
+    const std::string fallback =
+        "; this rank logs such windows itself, as windows of one rank";
+    try {
+      Bytes value = peek(store, watch.key);
+      auto giveUp =
+          watch.postedAt + kLeftoverDeadlines * posted.group->deadline;
+      if (exitStarted) {
+        giveUp = std::min(giveUp, *exitStarted + posted.group->deadline);
+      }
+      if (value == watch.bytes && (takeAllBack || now >= giveUp)) {
+        // Ours again unless the root took it in the meantime (a key the
+        // root took and deleted answers the expected value).
+        value = store.compareSet(watch.key, watch.bytes, kGivenUp);
+        if (value == watch.bytes) {
+          return true;
+        }
+      }
+      if (value == kAbsent || value == kTaken) {
+        return true; // merged by the root
+      }
+      if (value == watch.bytes) {
+        return false; // not taken yet
+      }
+      std::string reason;
+      if (value == kGivenUp) {
+        const auto waited =
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+                now - watch.postedAt);
+        warnOnce(
+            work,
+            "gone/" + posted.stat,
+            where + "rank 0 did not take it within " +
+                std::to_string(waited.count()) +
+                " ms (rank 0 is gone or stalled)" + fallback);
+      } else if (value == kLate) {
+        warnOnce(
+            work,
+            "late/" + posted.stat,
+            where +
+                "it reached the Store after rank 0 had merged the window "
+                "without it (this rank was later than the deadline)" +
+                fallback);
+      } else if (value == kRefused) {
+        warnOnce(
+            work,
+            "refused/" + posted.stat,
+            where +
+                "rank 0 refused it because the Stat is not the same on "
+                "every rank (rank 0's warning says how)" +
+                fallback);
+      } else {
+        return true; // foreign data under our key: left alone
+      }
+      store.deleteKey(watch.key);
+    } catch (const std::exception& e) {
+      warnOnce(
+          work,
+          "store/" + posted.stat,
+          where +
+              "the rank group's Store failed while this rank waited for rank "
+              "0 to take the window (" +
+              errorMessage(e) +
+              ")" + fallback +
+              " (a window rank 0 took just before may then appear twice)");
+    }
+    logLocally(posted);
+    return true;
+  }
+
   // The child shares the parent's Store connections and has no sync thread:
   // its synced Stats log locally; the parent posts what it queued. No
   // prepare hook takes the mutex before fork(): postRankWindow runs under
-  // the live-stat registry's and the window timer's locks (and a Stat's),
-  // so its stage would have to come after theirs. Instead the child, where
-  // only the forking thread exists, starts from fresh state; the old one
-  // (perhaps torn by a thread that held the mutex) is leaked, unread.
+  // the live-stat registry's and the window timer's locks, whose own fork
+  // hooks would then order those locks against ours. Instead the child,
+  // where only the forking thread exists, starts from fresh state; the old
+  // one (perhaps torn by a thread that held the mutex) is leaked, unread.
   static void afterForkInChild() {
     RankSync& s = get();
     new (&s.mutex) std::mutex();
@@ -435,23 +682,24 @@ bool postRankWindow(
     TORCH_WARN(
         "torch_monitor: could not start the rank sync thread; the window is "
         "logged on this rank only: ",
-        e.what());
+        errorMessage(e));
     return false;
   }
-  const bool root = group->rank == 0;
   const std::string statPrefix = "torch_monitor/" + name + "/";
   for (int64_t i = firstMarker; i <= index; ++i) {
     s.queue.push_back(Outgoing{
         group,
+        name,
         statPrefix + std::to_string(i) + "/",
-        encode(i == index ? share : RankShare()),
-        root ? build : MergedEventBuilder()});
+        i == index ? share : share.emptyMarker(),
+        build});
   }
   synced.lastIndex = index;
   synced.posted = true;
   s.wake.notify_all();
   return true;
 }
+
 
 void storeDefaultRankGroup(std::shared_ptr<const RankGroup> group) {
   RankSync& s = RankSync::get();
@@ -486,6 +734,27 @@ void waitForRankSync() noexcept {
   s.idle.wait_for(lock, longest + std::chrono::seconds(5), [&] {
     return !s.running || (s.queue.empty() && s.busy == 0);
   });
+}
+
+void stopRankSyncThread() noexcept {
+  RankSync* sync = RankSync::instance.load(std::memory_order_acquire);
+  if (sync == nullptr) {
+    return;
+  }
+  RankSync& s = *sync;
+  {
+    std::lock_guard<std::mutex> guard(s.mutex);
+    if (s.shutDown) {
+      return;
+    }
+    s.exitStarted = std::chrono::steady_clock::now();
+    s.wake.notify_all();
+  }
+  waitForRankSync();
+  std::lock_guard<std::mutex> guard(s.mutex);
+  s.shutDown = true;
+  s.stopping = true;
+  s.wake.notify_all();
 }
 
 } // namespace detail

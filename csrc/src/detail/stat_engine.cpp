@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <type_traits>
 
 #include <c10/util/Exception.h>
 
@@ -87,14 +88,15 @@ template <typename T>
 typename StatEngine<T>::ClosedWindow StatEngine<T>::closeIfEndedLocked(
     int64_t now) {
   const int64_t end = windowEndMs_.load(std::memory_order_relaxed);
-  // Another thread may have closed the window since we read the clock.
-  if (end != kDrivenByOverride && now < end) {
+  // Another thread may have closed the window since we read the clock; the
+  // last window of the step range also holds its end (step 2**63-1).
+  if (end != kDrivenByOverride && (now < end || end == kLastWindowEnd)) {
     return ClosedWindow();
   }
   bool driven = false;
   const int64_t id = askWindowId(driven);
   if (!driven && end != kDrivenByOverride) {
-    return rollOverLocked(id * windowLength_);
+    return rollOverLocked(windowEndOf(id));
   }
   // From now on the override alone decides: every add comes here.
   ShardTable& table = tableLocked();
@@ -202,7 +204,7 @@ void StatEngine<T>::closeCappedLocked(ClosedWindow& out, int64_t nextWindowId) {
   // With no window current there is nothing to close; closing the empty
   // window that a full one leaves (torch.monitor's rule) does reset get().
   if (w.windowId != 0) {
-    out = closeLocked(w.current, w.windowId * windowLength_);
+    out = closeLocked(w.current, windowEndOf(w.windowId));
   }
   w.current = Accumulator<T>();
   w.lastClosedWindowId = w.windowId;
@@ -303,7 +305,7 @@ typename StatEngine<T>::ClosedWindow StatEngine<T>::closeLocked(
     const Accumulator<T>& closed,
     int64_t endMs) {
   prev_ = closed;
-  return ClosedWindow{closed, closed.count > 0, endMs};
+  return ClosedWindow{closed, closed.count > 0, endMs, std::nullopt};
 }
 
 template <typename T>
@@ -346,11 +348,12 @@ template <typename T>
 Event StatEngine<T>::eventOfWindow(
     const std::string& name,
     AggregationSet enabled,
-    const Accumulator<T>& window) {
+    const Accumulator<T>& window,
+    std::optional<int64_t> step) {
   Event event;
   event.name = kStatEventName;
   event.timestamp = std::chrono::system_clock::now();
-  event.step = getStep();
+  event.step = step;
   const auto aggregates = aggregatesOf(enabled, window);
   event.data.reserve(aggregates.size() + 1);
   // The keys are built here, once per window, rather than kept in every
@@ -362,10 +365,17 @@ Event StatEngine<T>::eventOfWindow(
 }
 
 template <typename T>
+WindowShape StatEngine<T>::windowShape() const noexcept {
+  return WindowShape{
+      std::is_same_v<T, int64_t>, clock_ == ClockSource::STEP, windowLength_};
+}
+
+template <typename T>
 std::optional<Event> StatEngine<T>::eventOf(const ClosedWindow& closed) const {
   if (!closed.emit) {
     return std::nullopt;
   }
+  const std::optional<int64_t> step = closed.stamp ? closed.stamp : getStep();
   if (syncRanks_.load(std::memory_order_relaxed)) {
     // Merged on the rank sync thread, from copies: this Stat may be gone by
     // then. Ranks merge from the highest to the lowest with equal times, so
@@ -388,12 +398,11 @@ std::optional<Event> StatEngine<T>::eventOf(const ClosedWindow& closed) const {
       if (merged.count == 0) {
         return std::nullopt;
       }
-      Event event = eventOfWindow(name, enabled, merged);
-      event.step = step;
+      Event event = eventOfWindow(name, enabled, merged, step);
       event.data.emplace("ranks", int64_t(shares.size()));
       return event;
     };
-    const auto share = RankShare::of(closed.values, getStep());
+    const auto share = RankShare::of(closed.values, step, windowShape());
     if (postRankWindow(
             this,
             name_,
@@ -403,7 +412,7 @@ std::optional<Event> StatEngine<T>::eventOf(const ClosedWindow& closed) const {
       return std::nullopt;
     }
   }
-  return eventOfWindow(name_, aggregations_, closed.values);
+  return eventOfWindow(name_, aggregations_, closed.values, step);
 }
 
 template <typename T>
@@ -436,7 +445,7 @@ std::optional<Event> StatEngine<T>::closeOpenWindow() {
     std::lock_guard<std::mutex> guard(mutex_);
     if (capped_) {
       closed = closeLocked(
-          state_.capped->current, state_.capped->windowId * windowLength_);
+          state_.capped->current, windowEndOf(state_.capped->windowId));
       state_.capped->current = Accumulator<T>();
     } else {
       closed = closeLocked(
@@ -462,7 +471,7 @@ std::optional<Event> StatEngine<T>::closeEndedWindow(int64_t& openEndMs) {
         closeCappedLocked(closed, /*nextWindowId=*/0);
       }
       openEndMs = !w.driven && w.current.count > 0
-          ? w.windowId * windowLength_
+          ? windowEndOf(w.windowId)
           : 0;
     } else {
       const int64_t end = windowEndMs_.load(std::memory_order_relaxed);
@@ -473,6 +482,35 @@ std::optional<Event> StatEngine<T>::closeEndedWindow(int64_t& openEndMs) {
       openEndMs = open == kDrivenByOverride ? 0 : open;
     }
   }
+  return eventOf(closed);
+}
+
+template <typename T>
+std::optional<Event> StatEngine<T>::closeWindowLeftBehind(
+    int64_t step,
+    std::optional<int64_t> stamp) {
+  // A capped Stat compares window ids at every add, which sees a step that
+  // went back by itself; time windows cannot go back.
+  if (clock_ != ClockSource::STEP || capped_) {
+    return std::nullopt;
+  }
+  ClosedWindow closed;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const int64_t end = windowEndMs_.load(std::memory_order_relaxed);
+    if (end == 0 || end == kDrivenByOverride) {
+      return std::nullopt; // no window open, or an override decides
+    }
+    // The last window of the step range may be shorter than the others.
+    const int64_t partial = end % windowLength_;
+    const int64_t start = end -
+        (end == kLastWindowEnd && partial != 0 ? partial : windowLength_);
+    if (step >= start) {
+      return std::nullopt; // ahead: add() closes it as usual
+    }
+    closed = rollOverLocked(/*nextEndMs=*/0);
+  }
+  closed.stamp = stamp;
   return eventOf(closed);
 }
 

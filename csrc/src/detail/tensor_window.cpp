@@ -10,6 +10,8 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/text.h>
+
 namespace torch_monitor::detail {
 namespace {
 
@@ -159,7 +161,7 @@ Accumulator<T> TensorWindow<T>::take(
         "their device; the window is logged without its ",
         count_,
         " tensor samples: ",
-        e.what());
+        errorMessage(e));
     tensors = Accumulator<T>();
   }
   Accumulator<T> out = host.count > 0 ? host : tensors;

@@ -105,4 +105,11 @@ void checkText(std::string_view text, std::string_view what) {
       "bytes.decode(), and do not cut strings inside a character)");
 }
 
+std::string errorMessage(const std::exception& e) {
+  if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
+    return error->what_without_backtrace();
+  }
+  return e.what();
+}
+
 } // namespace torch_monitor::detail

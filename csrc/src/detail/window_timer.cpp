@@ -16,6 +16,7 @@
 #include <torch_monitor/clock.h>
 #include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/detail/live_stats.h>
+#include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 
 namespace torch_monitor {
@@ -32,7 +33,7 @@ void dispatchLogged(const Event& event) noexcept {
     TORCH_WARN(
         "torch_monitor: an event handler failed on the window timer's "
         "thread: ",
-        e.what());
+        errorMessage(e));
   } catch (...) {
     TORCH_WARN(
         "torch_monitor: an event handler failed on the window timer's thread");
@@ -100,7 +101,7 @@ struct WindowTimer {
         } catch (const std::exception& e) {
           TORCH_WARN(
               "torch_monitor: the window timer could not close a window: ",
-              e.what());
+              errorMessage(e));
         }
         if (openEnd != 0 && (earliestEnd == 0 || openEnd < earliestEnd)) {
           earliestEnd = openEnd;
@@ -163,7 +164,7 @@ struct WindowTimer {
         TORCH_WARN(
             "torch_monitor: the forked child could not start the window "
             "timer; its close_on_time Stats close windows lazily: ",
-            e.what());
+            errorMessage(e));
       }
     }
     t.mutex.unlock();
@@ -188,7 +189,7 @@ void joinWindowTimer(LiveStat* stat) noexcept {
     TORCH_WARN(
         "torch_monitor: could not start the window timer; close_on_time "
         "Stats close their windows lazily (at the next add): ",
-        e.what());
+        errorMessage(e));
   }
 }
 

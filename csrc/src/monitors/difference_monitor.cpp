@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/detail/in_place.h>
+#include <torch_monitor/detail/text.h>
 
 namespace torch_monitor {
 namespace {
@@ -222,6 +223,9 @@ DifferenceMonitor::DifferenceMonitor(
       trainUpdate_(trainUpdate),
       evalUpdate_(evalUpdate),
       keepGraph_(keepGraph) {
+  // The attribute path reaches Python (errors, monitors_of) and generated
+  // hook code: a NUL would cut it short there.
+  torch_monitor::detail::checkText(name_, "DifferenceMonitor attribute path");
   TORCH_CHECK_VALUE(
       reducer_ != nullptr,
       "DifferenceMonitor '",

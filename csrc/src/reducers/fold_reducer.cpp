@@ -1,5 +1,6 @@
 #include <torch_monitor/reducers/fold_reducer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -76,7 +77,7 @@ void FoldReducer::checkCriterion(const Criterion& criterion) const {
 void FoldReducer::checkInputs(const std::vector<at::Tensor>& inputs) const {
   TORCH_CHECK_VALUE(
       custom_ ? !inputs.empty() : inputs.size() == arity(),
-      kind(),
+      name(),
       ".forward takes ",
       custom_ ? "at least one tensor" : inputsWord(arity()),
       ", got ",
@@ -84,10 +85,10 @@ void FoldReducer::checkInputs(const std::vector<at::Tensor>& inputs) const {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& x = inputs[i];
     TORCH_CHECK_VALUE(
-        x.defined(), kind(), ".forward: input ", i, " is undefined (None)");
+        x.defined(), name(), ".forward: input ", i, " is undefined (None)");
     TORCH_CHECK_VALUE(
         x.device() == device(),
-        kind(),
+        name(),
         ".forward: input ",
         i,
         " is on ",
@@ -101,7 +102,7 @@ void FoldReducer::checkInputs(const std::vector<at::Tensor>& inputs) const {
     if (history_.allocated() && !custom_) { // a custom fold may reshape
       TORCH_CHECK_VALUE(
           x.sizes() == history_.stateShape(),
-          kind(),
+          name(),
           ".forward: input ",
           i,
           " has the wrong shape: expected ",
@@ -128,24 +129,36 @@ void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
     // view would force the push to copy the whole history.
   }
   state = asState(state);
+  // A wrong state comes from the user's fold when there is one, else from a
+  // criterion (the kinds' own folds keep the shape and device).
+  const std::string culprit = custom_
+      ? "does " + custom_->description + ".fold return"
+      : std::string("does the criterion return");
   if (history_.allocated()) {
     TORCH_CHECK_VALUE(
         state.sizes() == history_.stateShape(),
-        kind(),
+        name(),
         ".forward: the new state has shape ",
         state.sizes(),
         " but the recorded states have shape ",
         history_.stateShape(),
-        " (does the criterion return a mask shaped like its input?)");
+        " (",
+        culprit,
+        custom_ ? " a state of that shape? clear() starts a history of another "
+                  "shape)"
+                : " a mask shaped like its input?)");
   }
   TORCH_CHECK_VALUE(
       state.device() == device(),
-      kind(),
+      name(),
       ".forward: the new state is on ",
       state.device(),
       " but the history is on ",
       device(),
-      " (does the criterion return its mask on the input's device?)");
+      " (",
+      culprit,
+      custom_ ? " its state on the inputs' device?)"
+              : " its mask on the input's device?)");
   history_.push(state, inplace_);
   hasState_ = true;
   step.commit();
@@ -167,9 +180,21 @@ std::optional<at::Tensor> FoldReducer::dump() const {
   return history_.newestFirst();
 }
 
+void FoldReducer::checkTolerance(double tolerance) const {
+  // An infinite tolerance lets any time through the range check, and the
+  // time then picks a row index no int64 holds.
+  TORCH_CHECK_VALUE(
+      std::isfinite(tolerance) && tolerance >= 0,
+      name(),
+      ".view: tolerance must be a finite number >= 0 (how far a time may be "
+      "from a recorded step to read that step), got ",
+      tolerance);
+}
+
 std::optional<at::Tensor> FoldReducer::view(double time, double tolerance)
     const {
   detail::BlockingLock guard(mutex_);
+  checkTolerance(tolerance);
   if (!hasState_) {
     return std::nullopt;
   }
@@ -178,7 +203,7 @@ std::optional<at::Tensor> FoldReducer::view(double time, double tolerance)
   // Written so that NaN fails too.
   TORCH_CHECK_VALUE(
       time >= -tolerance && time <= oldest + tolerance,
-      kind(),
+      name(),
       ".view: time ",
       time,
       " is outside the recorded range [",
@@ -191,8 +216,10 @@ std::optional<at::Tensor> FoldReducer::view(double time, double tolerance)
       tolerance,
       ")");
   const double shift = time / dt;
-  // Round half to even, as Python's round().
-  const double nearest = std::nearbyint(shift);
+  // Round half to even, as Python's round(). A time the tolerance lets in
+  // beyond either end reads that end.
+  const double nearest = std::clamp(
+      std::nearbyint(shift), 0.0, static_cast<double>(history_.size() - 1));
   if (std::abs(dt * nearest - time) <= tolerance) {
     return history_.row(1 + static_cast<int64_t>(nearest));
   }
@@ -211,8 +238,9 @@ std::optional<at::Tensor> FoldReducer::view(double time, double tolerance)
 std::optional<at::Tensor> FoldReducer::view(
     const at::Tensor& time,
     double tolerance) const {
-  TORCH_CHECK_VALUE(time.defined(), kind(), ".view: time is undefined");
   detail::BlockingLock guard(mutex_);
+  TORCH_CHECK_VALUE(time.defined(), name(), ".view: time is undefined");
+  checkTolerance(tolerance);
   if (!hasState_) {
     return std::nullopt;
   }
@@ -243,7 +271,7 @@ std::optional<at::Tensor> FoldReducer::viewTensor(
   } else {
     TORCH_CHECK_VALUE(
         false,
-        kind(),
+        name(),
         ".view: time has ",
         t.dim(),
         " dimensions; give a single time, a tensor with the state's ",
@@ -255,7 +283,7 @@ std::optional<at::Tensor> FoldReducer::viewTensor(
   const at::IntArrayRef leading = t.sizes().slice(0, stateDim);
   TORCH_CHECK_VALUE(
       at::is_expandable_to(leading, stateShape),
-      kind(),
+      name(),
       ".view: times of shape ",
       time.sizes(),
       " do not fit states of shape ",
@@ -278,7 +306,7 @@ std::optional<at::Tensor> FoldReducer::viewTensor(
     const double tmax = hi.item<double>();
     TORCH_CHECK_VALUE(
         tmin >= -tolerance && tmax <= oldest + tolerance,
-        kind(),
+        name(),
         ".view: times (min ",
         tmin,
         ", max ",
@@ -295,7 +323,8 @@ std::optional<at::Tensor> FoldReducer::viewTensor(
   // The same arithmetic as the scalar view, element-wise: times within the
   // tolerance of a step read that step exactly.
   at::Tensor shift = t / dt;
-  const at::Tensor rounded = shift.round();
+  const at::Tensor rounded =
+      shift.round().clamp(0, static_cast<double>(history_.size() - 1));
   shift = at::where((rounded * dt - t).abs() <= tolerance, rounded, shift);
   shift = shift.movedim(-1, 0); // [D, *state shape], like the storage
   const at::Tensor offset = shift + 1;
@@ -512,6 +541,10 @@ at::Device FoldReducer::device() const {
   return history_.storage().device();
 }
 
+std::string FoldReducer::name() const {
+  return custom_ ? custom_->description : kind_.name;
+}
+
 at::Tensor FoldReducer::asState(const at::Tensor& x) const {
   return x.scalar_type() == dtype() ? x : x.to(dtype());
 }
@@ -608,7 +641,17 @@ at::Tensor FoldReducer::interpolate(
     const at::Tensor& sampleAt,
     double stepTime) const {
   if (custom_ && custom_->interpolate) {
-    return custom_->interpolate(prev, next, sampleAt, stepTime);
+    at::Tensor state = custom_->interpolate(prev, next, sampleAt, stepTime);
+    // view() would hand a wrongly shaped result back as if it were a state.
+    TORCH_CHECK_VALUE(
+        state.sizes() == prev.sizes(),
+        custom_->description,
+        ".interpolate returned a tensor of shape ",
+        state.sizes(),
+        " where the states it interpolates have shape ",
+        prev.sizes(),
+        "; it must return the state sample_at after prev, shaped like prev");
+    return state;
   }
   switch (kind_.interpolation) {
     case Interpolation::Previous:

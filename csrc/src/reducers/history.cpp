@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/GradMode.h>
 
 #include <torch_monitor/detail/in_place.h>
@@ -27,22 +28,25 @@ std::vector<int64_t> withRows(int64_t rows, at::IntArrayRef stateShape) {
 
 int64_t historySize(double stepTime, double duration, bool inclusive) {
   TORCH_CHECK_VALUE(
-      stepTime > 0,
-      "step_time must be greater than 0 (the time between two recorded "
-      "states), got ",
+      std::isfinite(stepTime) && stepTime > 0,
+      "step_time must be a finite number greater than 0 (the time between "
+      "two recorded states), got ",
       stepTime);
   TORCH_CHECK_VALUE(
-      duration >= 0,
-      "duration must be at least 0 (the time the history covers), got ",
+      std::isfinite(duration) && duration >= 0,
+      "duration must be a finite number of at least 0 (the time the history "
+      "covers), got ",
       duration);
   const double steps = std::ceil(duration / stepTime);
-  // A bound far above any history that fits in memory, far below int64's.
+  // Checked here, where a saved or new reducer is made, rather than by an
+  // allocation failing at every forward.
   TORCH_CHECK_VALUE(
-      steps < 1e15,
+      steps + (inclusive ? 1 : 0) <= static_cast<double>(kMaxHistorySize),
       "duration / step_time = ",
       duration / stepTime,
-      " asks for more recorded states than any history can hold; use a "
-      "shorter duration or a longer step_time");
+      " asks for more recorded states than a history may hold (at most ",
+      kMaxHistorySize,
+      "); use a shorter duration or a longer step_time");
   const int64_t size = static_cast<int64_t>(steps) + (inclusive ? 1 : 0);
   return size < 1 ? 1 : size;
 }
@@ -172,7 +176,26 @@ void History::restore(at::Tensor storage, bool allocated, int64_t next) {
   TORCH_CHECK_TYPE(
       storage.defined() && at::isFloatingType(storage.scalar_type()),
       "a saved reducer history must be a floating-point tensor");
+  // What a history could not be used with: each would load, then fail at
+  // every forward (or at dump()).
+  TORCH_CHECK_VALUE(
+      storage.layout() == at::kStrided,
+      "a saved reducer history must be a dense tensor, got layout ",
+      storage.layout(),
+      " (convert it with .to_dense())");
+  TORCH_CHECK_VALUE(
+      !storage.is_meta(),
+      "a saved reducer history is on the meta device, which holds no values; "
+      "load it onto a real device");
   if (allocated) {
+    TORCH_CHECK_VALUE(
+        !storage.requires_grad(),
+        "a saved reducer history requires grad; histories are kept out of "
+        "autograd: pass it detached (.detach())");
+    TORCH_CHECK_VALUE(
+        at::has_internal_overlap(storage) != at::MemOverlap::Yes,
+        "a saved reducer history has rows that share memory (a stride of 0, "
+        "as expand() makes); pass a tensor of its own (.contiguous())");
     TORCH_CHECK_VALUE(
         storage.dim() >= 1 && storage.size(0) == size_,
         "a saved reducer history of shape ",

@@ -1,5 +1,9 @@
 #include <torch_monitor/script/difference_monitor.h>
 
+#include <algorithm>
+#include <array>
+#include <string_view>
+
 #include <ATen/ATen.h>
 
 #include <torch_monitor/script/flatten.h>
@@ -7,6 +11,15 @@
 
 namespace torch_monitor::script {
 namespace {
+
+// The monitor classes one DifferenceMonitor core serves.
+constexpr std::array<std::string_view, 6> kKinds = {
+    "DifferenceMonitor",
+    "InputMonitor",
+    "OutputMonitor",
+    "StateMonitor",
+    "MultiStateMonitor",
+    "Monitor"};
 
 using Self = c10::intrusive_ptr<ScriptDifferenceMonitor>;
 
@@ -198,11 +211,17 @@ ScriptDifferenceMonitor::ScriptDifferenceMonitor(
           evalUpdate,
           keepGraph),
       kind_(std::move(kind)) {
+  // Also what a loaded state holds: monitorsOf() reports the kind, and
+  // Python rebuilds the monitor class it names.
   TORCH_CHECK_VALUE(
-      !kind_.empty(),
+      std::find(kKinds.begin(), kKinds.end(), kind_) != kKinds.end(),
       "DifferenceMonitor '",
       monitor_.name(),
-      "': kind is empty; name the monitor class, e.g. 'DifferenceMonitor'");
+      "': kind must name a monitor class (DifferenceMonitor, InputMonitor, "
+      "OutputMonitor, StateMonitor, MultiStateMonitor, or Monitor for one "
+      "written in Python), got '",
+      kind_,
+      "'");
 }
 
 ScriptDifferenceMonitor::State ScriptDifferenceMonitor::state() const {

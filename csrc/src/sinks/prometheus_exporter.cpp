@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -37,6 +39,12 @@ struct Connection {
   std::string received;
   std::string response; // empty while the request is being read
   size_t sent = 0;
+  // An error response went out before the whole request came: the rest is
+  // read and discarded (closing with unread bytes sends a reset, which can
+  // destroy the response before the client read it).
+  bool discardRest = false;
+  bool discarding = false; // the response is sent; reading what is left
+  size_t discarded = 0;
 };
 
 void closeFd(int& fd) {
@@ -175,10 +183,25 @@ struct PrometheusExporter::Impl {
           detail::parseHttpRequestHead(c.received, kMaxHeadBytes);
       if (request.status != 0) {
         respond(c, request);
-        ::shutdown(c.fd, SHUT_RD);
+        c.discardRest = request.status != 200;
       }
     }
     return true;
+  }
+
+  // Reads and drops what the client still sends after an error response;
+  // returns false when the connection is finished.
+  bool discardFrom(Connection& c) {
+    char buffer[4096];
+    while (c.discarded < kMaxDiscardBytes) {
+      const ssize_t n = ::recv(c.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+      if (n <= 0) {
+        return n < 0 &&
+            (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+      }
+      c.discarded += static_cast<size_t>(n);
+    }
+    return false; // enough: the client is not sending a request
   }
 
   // Sends what it can; returns false when the connection is finished.
@@ -194,22 +217,49 @@ struct PrometheusExporter::Impl {
       }
       c.sent += static_cast<size_t>(n);
     }
+    if (c.discardRest) {
+      // All sent: say so (FIN), then read until the client closes.
+      ::shutdown(c.fd, SHUT_WR);
+      c.discarding = true;
+      c.deadline = std::min(
+          c.deadline,
+          Clock::now() + std::chrono::milliseconds(kRequestTimeoutMs));
+      return true;
+    }
     return false; // all sent: close
   }
 
-  void acceptAll(std::vector<Connection>& connections) {
+  // Returns when the accept queue is empty, or when no descriptor is left
+  // for a connection: then the time until which the listening socket is
+  // left alone (it stays readable, and poll() would return at once, in a
+  // loop, until a descriptor is freed).
+  std::optional<Clock::time_point> acceptAll(
+      std::vector<Connection>& connections) {
     while (true) {
       const int fd = ::accept4(
           listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        return; // EAGAIN, or a failed connection: nothing to do
+        const int error = errno;
+        if (error == EMFILE || error == ENFILE || error == ENOBUFS ||
+            error == ENOMEM) {
+          owner.problemLog().report(
+              "accept",
+              std::string("cannot accept connections: ") +
+                  std::strerror(error) +
+                  "; scrapes wait in the accept queue until the process "
+                  "frees descriptors (retried every " +
+                  std::to_string(kAcceptRetryMs) + " ms)");
+          return Clock::now() + std::chrono::milliseconds(kAcceptRetryMs);
+        }
+        return std::nullopt; // EAGAIN, or a failed connection: nothing to do
       }
       if (connections.size() >= kMaxConnections) {
         // Make room: the oldest connection still reading its request (an
-        // idle or slow client) goes, else the oldest of all.
+        // idle or slow client) or what follows an error response goes, else
+        // the oldest of all.
         auto victim = std::find_if(
             connections.begin(), connections.end(), [](const Connection& c) {
-              return c.response.empty();
+              return c.response.empty() || c.discarding;
             });
         if (victim == connections.end()) {
           victim = connections.begin();
@@ -228,14 +278,24 @@ struct PrometheusExporter::Impl {
     torch_monitor::detail::routeThreadWarningsToBackgroundSink();
     std::vector<Connection> connections;
     std::vector<pollfd> fds;
+    std::optional<Clock::time_point> acceptPausedUntil;
     while (true) {
       fds.clear();
-      fds.push_back({wakeFds[0], POLLIN, 0});
-      fds.push_back({listenFd, POLLIN, 0});
       const auto now = Clock::now();
       auto next = now + std::chrono::seconds(1);
+      if (acceptPausedUntil && now >= *acceptPausedUntil) {
+        acceptPausedUntil.reset();
+      }
+      fds.push_back({wakeFds[0], POLLIN, 0});
+      // Events 0: poll() skips it (its slot is kept, so that the
+      // connections' slots start at 2).
+      fds.push_back({listenFd, short(acceptPausedUntil ? 0 : POLLIN), 0});
+      if (acceptPausedUntil) {
+        next = std::min(next, *acceptPausedUntil);
+      }
       for (const Connection& c : connections) {
-        const short events = c.response.empty() ? POLLIN : POLLOUT;
+        const short events =
+            c.response.empty() || c.discarding ? POLLIN : POLLOUT;
         fds.push_back({c.fd, events, 0});
         next = std::min(next, c.deadline);
       }
@@ -260,12 +320,16 @@ struct PrometheusExporter::Impl {
         Connection& c = connections[i];
         const short events = ready > 0 ? fds[i + 2].revents : 0;
         bool open = true;
-        if (events != 0 && c.response.empty()) {
-          open = readFrom(c);
-        }
-        if (open && !c.response.empty() &&
-            (events != 0 || c.sent == 0)) {
-          open = writeTo(c);
+        if (c.discarding) {
+          open = events == 0 || discardFrom(c);
+        } else {
+          if (events != 0 && c.response.empty()) {
+            open = readFrom(c);
+          }
+          if (open && !c.response.empty() &&
+              (events != 0 || c.sent == 0)) {
+            open = writeTo(c);
+          }
         }
         if (open && after >= c.deadline) {
           open = false; // too slow: slowloris, or a reader that stalls
@@ -278,7 +342,7 @@ struct PrometheusExporter::Impl {
       }
       connections.swap(kept);
       if (ready > 0 && fds[1].revents != 0) {
-        acceptAll(connections);
+        acceptPausedUntil = acceptAll(connections);
       }
     }
     for (Connection& c : connections) {

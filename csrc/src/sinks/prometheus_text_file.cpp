@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace torch_monitor::sinks {
@@ -24,10 +25,20 @@ PrometheusTextFile::PrometheusTextFile(
       "PrometheusTextFile: path must name a file, got '",
       path_,
       "'");
+  // As JsonLinesWriter: a directory is a mistake to report now, not a
+  // rename failure at every window.
+  struct stat st {};
+  TORCH_CHECK_VALUE(
+      ::stat(path_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode),
+      "PrometheusTextFile: '",
+      path_,
+      "' is a directory; pass a file path such as '",
+      path_,
+      "/metrics.prom'");
   // An empty exposition at once: the collector sees the file, and a bad
   // path is reported now rather than at the first window.
   std::lock_guard<std::mutex> guard(writeMutex_);
-  writeLocked();
+  writeLocked(ProblemLog::WarnVia::kCaller);
 }
 
 PrometheusTextFile::~PrometheusTextFile() {
@@ -40,17 +51,18 @@ void PrometheusTextFile::handle(const Event& event) {
   }
   snapshot_.update(event);
   std::lock_guard<std::mutex> guard(writeMutex_);
-  writeLocked();
+  writeLocked(ProblemLog::WarnVia::kBackgroundSink);
 }
 
-void PrometheusTextFile::writeLocked() {
+void PrometheusTextFile::writeLocked(ProblemLog::WarnVia via) {
   std::vector<std::string> clashes;
   const std::string text = snapshot_.render(checked_, &clashes);
   for (const std::string& stat : clashes) {
     problemLog().report(
         "clash:" + stat,
         "Stat '" + stat +
-            "' is left out: another Stat's name gives the same metric name");
+            "' is left out: another Stat's name gives the same metric name",
+        via);
   }
   // Same directory, so rename(2) is atomic; the pid keeps a forked child's
   // temporary file apart from its parent's.
@@ -62,7 +74,8 @@ void PrometheusTextFile::writeLocked() {
     problemLog().report(
         std::string("write:") + what,
         std::string("cannot ") + what + " '" + temp + "': " +
-            std::strerror(error) + " (retried at the next window)");
+            std::strerror(error) + " (retried at the next window)",
+        via);
   };
   if (fd < 0) {
     fail("create");

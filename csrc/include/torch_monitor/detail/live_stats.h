@@ -32,6 +32,13 @@ class TORCH_MONITOR_API LiveStat {
   // it has ended and holds samples, returning its event, and sets
   // `openEndMs` to the end of the window then open (0: none open).
   virtual std::optional<Event> closeEndedWindow(int64_t& openEndMs) = 0;
+  // For setStep() going back (stepWentBack below): closes the open window of
+  // a Stat with step windows if `step` lies before it, stamping its event
+  // with `stamp` (the step the run had reached), and returns the event; the
+  // next add() opens the window `step` is in.
+  virtual std::optional<Event> closeWindowLeftBehind(
+      int64_t step,
+      std::optional<int64_t> stamp) = 0;
   // pthread_atfork hooks: take the Stat's lock before fork() and release it
   // after; the child also forgets the window it inherited (see Stat).
   virtual void lockBeforeFork() = 0;
@@ -65,5 +72,13 @@ class TORCH_MONITOR_API LiveStat {
 // (stat.h) is this, for users; the registry also runs it at exit.
 // Thread safety: callable from any thread, concurrently with every Stat API.
 TORCH_MONITOR_API void closeAllLiveStats() noexcept;
+// Called by setStep() and clearStep() when the step goes back (a run
+// restarted from a checkpoint, a loop that restarts its step count): every
+// Stat with step windows whose open window lies after `step` logs it now,
+// at the step the run had reached (`previous`), so that steps before and
+// after the jump never share a window. Rethrows the first handler
+// exception once every window is logged.
+// Thread safety: callable from any thread.
+void stepWentBack(int64_t step, std::optional<int64_t> previous);
 
 } // namespace torch_monitor::detail

@@ -18,6 +18,30 @@ struct RankGroup;
 
 namespace torch_monitor::detail {
 
+// What a synced Stat's windows are on one rank: ranks whose Stats of one
+// name differ (a Stat here, an IntStat there; windows of 10 steps here, of
+// 20 there) must never be merged, so every share carries it.
+// Thread safety: a plain value type.
+struct WindowShape {
+  bool integer = false; // Stat<int64_t> (IntStat), else Stat<double>
+  bool steps = false; // windows of training steps, else of milliseconds
+  int64_t length = 0; // steps or milliseconds
+
+  bool operator==(const WindowShape& other) const noexcept {
+    return integer == other.integer && steps == other.steps &&
+        length == other.length;
+  }
+  bool operator!=(const WindowShape& other) const noexcept {
+    return !(*this == other);
+  }
+  // "IntStat with window_steps=20", for messages.
+  std::string describe() const {
+    return std::string(integer ? "IntStat" : "Stat") +
+        (steps ? " with window_steps=" + std::to_string(length)
+               : " with window_size=" + std::to_string(length) + " ms");
+  }
+};
+
 // One rank's summary of one window, as posted to the group's Store (a few
 // bytes, see encode/decode in rank_sync.cpp). Aggregates are kept as their
 // bit patterns so one layout serves Stat<double> and Stat<int64_t>.
@@ -29,9 +53,13 @@ struct RankShare {
   uint64_t max = 0;
   uint64_t value = 0;
   int64_t step = -1; // the rank's step when it closed the window; -1: none
+  WindowShape shape;
 
   template <typename T>
-  static RankShare of(const Accumulator<T>& window, std::optional<int64_t> s) {
+  static RankShare of(
+      const Accumulator<T>& window,
+      std::optional<int64_t> s,
+      WindowShape shape) {
     RankShare share;
     share.count = window.count;
     share.sum = bitsOf(window.sum);
@@ -39,7 +67,14 @@ struct RankShare {
     share.max = bitsOf(window.max);
     share.value = bitsOf(window.value);
     share.step = s.value_or(-1);
+    share.shape = shape;
     return share;
+  }
+  // The "empty" marker of a window this rank had no samples in.
+  RankShare emptyMarker() const {
+    RankShare marker;
+    marker.shape = shape;
+    return marker;
   }
   template <typename T>
   Accumulator<T> accumulator() const {
@@ -70,7 +105,9 @@ struct RankShare {
 
 // Builds the merged event from the shares that arrived (ascending rank
 // order, at least one); nothing when none holds samples. Runs on the rank
-// sync thread, so it must not refer to the Stat (which may be gone).
+// sync thread, so it must not refer to the Stat (which may be gone). A
+// window that cannot be merged is logged on its own rank as a merge of that
+// rank's share alone.
 using MergedEventBuilder =
     std::function<std::optional<Event>(const std::vector<RankShare>&)>;
 
@@ -89,7 +126,10 @@ TORCH_MONITOR_API void disableRankSync(const void* stat) noexcept;
 // merging), with empty markers for the windows it skipped since its last
 // post. Never blocks on the network. Returns false when the window cannot
 // be synced (no default group, a forked child, an index already posted, the
-// thread stopped at exit): the caller then logs it locally.
+// thread stopped at exit): the caller then logs it locally. A window posted
+// that the root does not merge (the root is gone or stalled, the Store
+// fails, the window came too late or the ranks' Stats differ) is logged
+// locally by the rank sync thread, with a warning.
 TORCH_MONITOR_API bool postRankWindow(
     const void* stat,
     const std::string& name,
@@ -104,5 +144,7 @@ TORCH_MONITOR_API void storeDefaultRankGroup(
 TORCH_MONITOR_API std::shared_ptr<const RankGroup> loadDefaultRankGroup();
 // rank_sync.h's flushRankSync().
 TORCH_MONITOR_API void waitForRankSync() noexcept;
+// rank_sync.h's stopRankSync().
+TORCH_MONITOR_API void stopRankSyncThread() noexcept;
 
 } // namespace torch_monitor::detail

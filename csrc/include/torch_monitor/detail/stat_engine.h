@@ -31,6 +31,7 @@ namespace torch_monitor::detail {
 
 template <typename T>
 class TensorWindow;
+struct WindowShape; // detail/rank_sync.h
 
 // The lock-free engine of Stat<T> (stat.h), which derives from it and adds
 // the public API and its argument checks. The engine keeps the windows (on
@@ -93,6 +94,9 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
   // LiveStat, for closeAllStats(), the window timer and fork().
   std::optional<Event> closeOpenWindow() override;
   std::optional<Event> closeEndedWindow(int64_t& openEndMs) override;
+  std::optional<Event> closeWindowLeftBehind(
+      int64_t step,
+      std::optional<int64_t> stamp) override;
   void lockBeforeFork() override {
     mutex_.lock();
   }
@@ -106,6 +110,9 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
     Accumulator<T> values;
     bool emit = false;
     int64_t endMs = 0; // the window's end, in clock_'s units
+    // The step its event carries when not the current one (a window closed
+    // because the step went back carries the step the run had reached).
+    std::optional<int64_t> stamp;
   };
   // The shards of the threads after the first one to add (the overflow
   // shard last), created when a second thread adds.
@@ -204,10 +211,26 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
   static Event eventOfWindow(
       const std::string& name,
       AggregationSet enabled,
-      const Accumulator<T>& window);
+      const Accumulator<T>& window,
+      std::optional<int64_t> step);
+  // What a rank posts to say which windows it merges (detail/rank_sync.h).
+  WindowShape windowShape() const noexcept;
   int64_t windowIdAt(int64_t nowMs) const noexcept {
-    return nowMs / windowLength_ + 1;
+    // The window that holds step 2**63-1 would end beyond int64: it is the
+    // last one and holds it (so is the id, with one-step windows).
+    const int64_t completed = nowMs / windowLength_;
+    return completed == std::numeric_limits<int64_t>::max() ? completed
+                                                             : completed + 1;
   }
+  // The end (exclusive) of window `id`; kLastWindowEnd for the last window
+  // of the step range, which ends beyond int64 and holds step 2**63-1.
+  int64_t windowEndOf(int64_t id) const noexcept {
+    int64_t end = 0;
+    return __builtin_mul_overflow(id, windowLength_, &end) ? kLastWindowEnd
+                                                           : end;
+  }
+  static constexpr int64_t kLastWindowEnd =
+      std::numeric_limits<int64_t>::max();
 
  protected:
   // The fields. Stat's accessors read them; only the engine writes them.

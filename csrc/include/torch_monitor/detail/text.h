@@ -1,5 +1,7 @@
 #pragma once
 
+#include <exception>
+#include <string>
 #include <string_view>
 
 #include <torch_monitor/export.h>
@@ -15,5 +17,11 @@ namespace torch_monitor::detail {
 TORCH_MONITOR_API void checkText(std::string_view text, std::string_view what);
 // The same test without the exception (no allocation).
 TORCH_MONITOR_API bool isValidText(std::string_view text) noexcept;
+
+// What an exception says, for a warning: a c10::Error's message without its
+// C++ backtrace (which what() appends, dozens of frames that tell a user
+// nothing), else what().
+// Thread safety: a pure function.
+TORCH_MONITOR_API std::string errorMessage(const std::exception& e);
 
 } // namespace torch_monitor::detail

@@ -51,7 +51,9 @@ class TORCH_MONITOR_API DifferenceMonitor {
   // (post, pre) -> difference. Default: post - pre. Used only without a Map.
   using Op = std::function<at::Tensor(const at::Tensor& post, const at::Tensor& pre)>;
 
-  // `name` identifies the monitor in error messages (e.g. the attribute path).
+  // `name` identifies the monitor in error messages (e.g. the attribute
+  // path). Throws c10::ValueError for a name that is not UTF-8 without NUL
+  // and for a null reducer.
   DifferenceMonitor(
       std::shared_ptr<Reducer> reducer,
       std::string name,

@@ -79,7 +79,9 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   std::optional<at::Tensor> peek() const final;
   std::optional<at::Tensor> dump() const final;
   // A 0-dim `time` is one time for every element (read on the host, so from
-  // a CUDA tensor it synchronises; prefer the double overload).
+  // a CUDA tensor it synchronises; prefer the double overload). A time
+  // within `tolerance` (finite, >= 0, else c10::ValueError) of a recorded
+  // step reads that step, beyond either end too.
   std::optional<at::Tensor> view(
       const at::Tensor& time,
       double tolerance = 1e-7) const final;
@@ -88,8 +90,10 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   void clear(bool keepshape = false) final;
 
   // `kind` is kept by reference: an entry of reducerKindTable() (or one that
-  // outlives the reducer). Throws c10::ValueError for stepTime <= 0,
-  // duration < 0, or parameters or a criterion the kind does not accept.
+  // outlives the reducer). Throws c10::ValueError for a stepTime or duration
+  // that is not finite, stepTime <= 0, duration < 0, more than
+  // kMaxHistorySize states (history.h), or parameters or a criterion the
+  // kind does not accept.
   FoldReducer(
       const ReducerKind& kind,
       double stepTime,
@@ -161,8 +165,13 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   void restore(const Snapshot& snapshot);
 
  private:
+  // Who messages name: the user's fold (its description) when there is
+  // one, else the kind. Callers hold the lock.
+  std::string name() const;
   // `x` cast to the history's dtype.
   at::Tensor asState(const at::Tensor& x) const;
+  // Throws c10::ValueError unless view()'s tolerance is finite and >= 0.
+  void checkTolerance(double tolerance) const;
   void checkInputs(const std::vector<at::Tensor>& inputs) const;
   // Where this step matches; undefined for kinds without matches. `x` is
   // the observation cast by asState().

@@ -9,10 +9,15 @@
 
 namespace torch_monitor {
 
+// The most states a history keeps: 2**31 (8 GiB for float32 scalars), far
+// beyond what a monitor records, far below what an allocation could fail
+// at only later (duration=1e14 once asked for 800 TB at the first forward).
+inline constexpr int64_t kMaxHistorySize = int64_t(1) << 31;
+
 // N = max(ceil(duration / stepTime) + (inclusive ? 1 : 0), 1), in double
 // precision (2.1 / 0.3 is 7.000000000000001, so N is 8 there, as in inferno).
-// Throws c10::ValueError for a non-positive step time, a negative duration or
-// a ratio too large to count.
+// Throws c10::ValueError for a step time that is not a finite number > 0, a
+// duration that is not a finite number >= 0, or N > kMaxHistorySize.
 TORCH_MONITOR_API int64_t
 historySize(double stepTime, double duration, bool inclusive);
 
@@ -80,7 +85,11 @@ class TORCH_MONITOR_API History {
   // Replaces the storage by a tensor of the same shape (e.g. the storage
   // moved to another device or cast to another floating dtype).
   void setStorage(at::Tensor storage);
-  // Restores a saved state (see FoldReducer::Snapshot).
+  // Restores a saved state (see FoldReducer::Snapshot). Throws
+  // c10::TypeError for a storage that is not floating point and
+  // c10::ValueError for one a history cannot use (sparse, on the meta
+  // device, requiring grad, rows sharing memory), of the wrong size or with
+  // `next` out of range.
   void restore(at::Tensor storage, bool allocated, int64_t next);
 
  private:

@@ -41,7 +41,8 @@ class ScriptDifferenceMonitor : public torch::CustomClassHolder {
   // (by the module and by this monitor) once, so both still share one
   // reducer after loading. Throws c10::TypeError for anything else.
   // `kind` names the monitor class whose hooks drive it ("InputMonitor",
-  // ...): one C++ core serves every monitor, and monitorsOf() reports it.
+  // ...): one C++ core serves every monitor, and monitorsOf() reports it;
+  // any other kind is a c10::ValueError (also when a saved state holds it).
   ScriptDifferenceMonitor(
       c10::IValue reducer,
       std::string name,

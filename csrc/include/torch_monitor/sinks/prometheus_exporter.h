@@ -24,7 +24,13 @@ namespace torch_monitor::sinks {
 // it is closed; when all slots are taken, the oldest connection still
 // reading its request is dropped for the new one, so idle or slow clients
 // cannot keep a scrape out. Malformed requests get a 400, other paths a
-// 404, and every connection is closed after one response.
+// 404, and every connection is closed after one response; after an error
+// response the rest of the request is read and discarded (at most
+// kMaxDiscardBytes, within kRequestTimeout) before the close, so that the
+// client reads the response instead of a connection reset. When the
+// process is out of file descriptors, new connections wait in the accept
+// queue (accepting is retried every kAcceptRetryMs, warned once) instead
+// of the thread spinning on a listening socket it cannot empty.
 // In a forked child the server does not run (threads do not survive
 // fork()): the child's copy warns once and the parent keeps serving. The
 // server stops at close(), destruction or process exit.
@@ -36,6 +42,8 @@ class TORCH_MONITOR_API PrometheusExporter final : public Sink {
   static constexpr size_t kMaxHeadBytes = 8192;
   static constexpr int kRequestTimeoutMs = 2000;
   static constexpr int kResponseTimeoutMs = 10000;
+  static constexpr size_t kMaxDiscardBytes = 4 << 20;
+  static constexpr int kAcceptRetryMs = 100;
 
   // Listens on host:port (port 0: any free port, see port()); `labels` are
   // added to every sample (checked by prometheus::checkedLabels). Throws

@@ -17,7 +17,11 @@ namespace torch_monitor::sinks {
 // `path`, so a reader sees the old file or the new one, never a part.
 // (Atomic for readers; not fsync'ed, so not durable across a power loss.)
 // A failing write is warned about once (problems()) and retried at the next
-// window.
+// window; found while handling an event (on whichever thread closed the
+// window), it goes to the background warning sink (Python: a
+// RuntimeWarning), as the other sinks' faults do. Throws c10::ValueError for
+// a path that is empty, ends in '/', is an existing directory, or is not
+// UTF-8 without NUL.
 // Thread safety: no concurrent call to any API of this type causes a data
 // race; handle() may run on many threads at once.
 class TORCH_MONITOR_API PrometheusTextFile final : public Sink {
@@ -37,8 +41,9 @@ class TORCH_MONITOR_API PrometheusTextFile final : public Sink {
   }
 
  private:
-  // Writes the current snapshot; `writeMutex_` held.
-  void writeLocked();
+  // Writes the current snapshot; `writeMutex_` held. Failures are warned
+  // about `via` there.
+  void writeLocked(ProblemLog::WarnVia via);
 
   const std::string path_;
   const std::map<std::string, std::string> labels_;

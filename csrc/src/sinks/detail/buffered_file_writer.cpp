@@ -480,6 +480,14 @@ void BufferedFileWriter::closeAll() {
   }
 }
 
+void BufferedFileWriter::flushAll() {
+  auto& live = liveWriters();
+  std::lock_guard<std::mutex> guard(live.mutex);
+  for (BufferedFileWriter* writer : live.writers) {
+    writer->flush();
+  }
+}
+
 void BufferedFileWriter::setWriteErrorForTesting(int error) {
   gWriteErrorForTesting.store(error, std::memory_order_relaxed);
 }

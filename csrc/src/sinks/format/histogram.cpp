@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <limits>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -146,27 +148,104 @@ const std::vector<double>& defaultHistogramEdges() {
   return edges;
 }
 
+namespace {
+
+// Elements bucketed at a time on the CPU (8 MiB as float64).
+constexpr int64_t kHistogramChunk = int64_t(1) << 20;
+
+// What computeHistogram reads from the values: the bucket counts, then min,
+// max, sum and sum of squares (a float64 tensor of edges + 3 numbers).
+at::Tensor summarise(const at::Tensor& values) {
+  const auto [low, high] = at::aminmax(values);
+  const at::Tensor counts = values.is_cpu()
+      ? detail::countBucketsOnCpu(values)
+      : detail::countBucketsWithTensorOps(values);
+  return at::cat({counts,
+                  low.reshape(1),
+                  high.reshape(1),
+                  values.sum().reshape(1),
+                  at::dot(values, values).reshape(1)});
+}
+
+// Calls f(chunk) with every element of `values` in some chunk of at most
+// `limit` elements: the chunks are narrowed views, each made contiguous on
+// its own, so an expanded (stride 0) or non-contiguous tensor is never
+// copied whole.
+template <typename F>
+void forEachChunk(const at::Tensor& values, int64_t limit, const F& f) {
+  if (values.dim() <= 1) {
+    const at::Tensor flat = values.reshape(-1); // a view: at most 1-D
+    for (int64_t start = 0; start < flat.numel(); start += limit) {
+      f(flat.narrow(0, start, std::min(limit, flat.numel() - start)));
+    }
+    return;
+  }
+  const int64_t rows = values.size(0);
+  const int64_t perRow = rows == 0 ? 0 : values.numel() / rows;
+  if (perRow > limit) {
+    for (int64_t row = 0; row < rows; ++row) {
+      forEachChunk(values.select(0, row), limit, f);
+    }
+    return;
+  }
+  const int64_t step =
+      std::max<int64_t>(1, limit / std::max<int64_t>(perRow, 1));
+  for (int64_t start = 0; start < rows; start += step) {
+    f(values.narrow(0, start, std::min(step, rows - start)));
+  }
+}
+
+// Merges two summaries of disjoint parts: counts and sums add up, min and
+// max are those of both (NaN wins, as at::aminmax lets it).
+void mergeSummary(double* into, const double* part, int64_t buckets) {
+  for (int64_t i = 0; i < buckets; ++i) {
+    into[i] += part[i];
+  }
+  double* extremes = into + buckets;
+  const double* partExtremes = part + buckets;
+  const auto nanOr = [](double a, double b, double value) {
+    return std::isnan(a) || std::isnan(b)
+        ? std::numeric_limits<double>::quiet_NaN()
+        : value;
+  };
+  extremes[0] = nanOr(
+      extremes[0], partExtremes[0], std::min(extremes[0], partExtremes[0]));
+  extremes[1] = nanOr(
+      extremes[1], partExtremes[1], std::max(extremes[1], partExtremes[1]));
+  extremes[2] += partExtremes[2];
+  extremes[3] += partExtremes[3];
+}
+
+} // namespace
+
 Histogram computeHistogram(const at::Tensor& input) {
   checkValues(input);
   at::Tensor values = input.detach();
   if (values.device().is_mps()) {
     values = values.cpu(); // MPS has no float64
   }
-  values = values.reshape(-1).to(at::kDouble).contiguous();
   const std::vector<double>& edgeList = defaultHistogramEdges();
   const int64_t buckets = static_cast<int64_t>(edgeList.size()) - 1;
-  const at::Tensor counts =
-      values.is_cpu() ? detail::countBucketsOnCpu(values)
-                      : detail::countBucketsWithTensorOps(values);
-  const auto [low, high] = at::aminmax(values);
-  // One host read for the whole histogram.
-  const at::Tensor host = at::cat({counts,
-                                   low.reshape(1),
-                                   high.reshape(1),
-                                   values.sum().reshape(1),
-                                   at::dot(values, values).reshape(1)})
-                              .cpu();
-  const double* data = host.const_data_ptr<double>();
+  std::vector<double> summary;
+  const auto take = [&](const at::Tensor& part) {
+    const double* begin = part.const_data_ptr<double>();
+    if (summary.empty()) {
+      summary.assign(begin, begin + part.numel());
+    } else {
+      mergeSummary(summary.data(), begin, buckets);
+    }
+  };
+  if (values.is_cpu()) {
+    // In chunks: a float64 copy of the whole tensor would double the memory
+    // that logging a large tensor needs (and materialise an expanded one).
+    forEachChunk(values, kHistogramChunk, [&](const at::Tensor& chunk) {
+      take(summarise(chunk.reshape(-1).to(at::kDouble).contiguous()));
+    });
+  } else {
+    // One host read for the whole histogram.
+    take(summarise(values.reshape(-1).to(at::kDouble).contiguous()).cpu());
+  }
+  const double* data = summary.data();
   const double* const countsEnd = data + buckets;
 
   const auto nonEmpty = [](double c) { return c != 0; };

@@ -201,9 +201,12 @@ void Snapshot::update(const Event& event) {
     }
     if (aggregation == aggregationName(Aggregation::COUNT)) {
       window->hasCount = true;
-      window->countTotal = std::holds_alternative<int64_t>(value)
-          ? std::get<int64_t>(value)
-          : std::llround(std::get<double>(value));
+      const double count = std::holds_alternative<int64_t>(value)
+          ? static_cast<double>(std::get<int64_t>(value))
+          : std::get<double>(value);
+      // A count logged by hand may be anything: a negative or non-finite
+      // one is left out of the counter.
+      window->countTotal = std::isfinite(count) && count >= 0 ? count : 0;
     }
     window->values[aggregation] = value;
   }

@@ -144,6 +144,10 @@ class TORCH_MONITOR_API BufferedFileWriter {
   // Closes every live writer (flush, join, close). Runs at process exit from
   // a static destructor; callable earlier (e.g. by an atexit hook).
   static void closeAll();
+  // Flushes every live writer on the calling thread (they stay open): the
+  // Python exit sequence writes what is buffered while a failure can still
+  // become a Python warning.
+  static void flushAll();
 
   // How long close() waits for the reader of a pipe or FIFO to take what is
   // left before reporting it lost (close and process exit never hang on a

@@ -43,7 +43,10 @@ TORCH_MONITOR_API const std::vector<double>& defaultHistogramEdges();
 // (bfloat16 directly, where SummaryWriter goes through float16).
 //
 // The bucketing runs on the tensor's device in float64 (MPS, which has
-// none, goes to the CPU); the result comes back with one copy.
+// none, goes to the CPU); the result comes back with one copy. On the CPU
+// it runs in chunks of 2**20 elements, each converted on its own: the extra
+// memory is 8 MiB whatever the tensor's size (an expanded tensor is never
+// materialised).
 // Throws c10::TypeError for complex and other non-real dtypes, and
 // c10::ValueError for an empty tensor or one with no value inside the
 // edges (SummaryWriter raises ValueError for both).

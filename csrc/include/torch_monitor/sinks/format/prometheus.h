@@ -83,7 +83,10 @@ class TORCH_MONITOR_API Snapshot {
     // aggregation name -> value (double or int64_t), sorted by name
     std::map<std::string, std::variant<double, int64_t>> values;
     bool hasCount = false;
-    int64_t countTotal = 0; // COUNT summed over all windows
+    // COUNT summed over all windows, in double as Prometheus keeps it: an
+    // int64 sum overflows (and a double count converts to int64 only in
+    // range). Only finite counts >= 0 are added: a counter never goes down.
+    double countTotal = 0;
   };
   mutable std::mutex mutex_;
   // By Stat name, so that the output is sorted.
