@@ -128,11 +128,8 @@ def _returns_nothing_fake(*args, **kwargs):
     # logged as nothing, silently.
     for position, arg in enumerate(args):
         for index, value in enumerate(arg if isinstance(arg, (list, tuple)) else (arg,)):
-            if isinstance(value, torch.Tensor) and value.is_meta:
-                from torch._subclasses.fake_tensor import FakeTensor
-
-                if isinstance(value, FakeTensor):
-                    continue
+            # A tracer's tensors are subclasses (FakeTensor, FunctionalTensor).
+            if type(value) in (torch.Tensor, torch.nn.Parameter) and value.is_meta:
                 key = args[1][index] if position == 2 and isinstance(args[1], list) else index
                 raise ValueError(
                     f"log_event: the value of {key!r} is a tensor on the meta device, which "

@@ -156,6 +156,14 @@ void Stat<T>::add(const at::Tensor& values) {
   constexpr bool kInt = std::is_same_v<T, int64_t>;
   TORCH_CHECK_VALUE(
       values.defined(), "Stat '", name(), "': cannot add an undefined tensor");
+  // A meta tensor has a shape but no values: accepted, its samples would
+  // only fail later, when the window closes on some other thread.
+  TORCH_CHECK_VALUE(
+      !values.is_meta(),
+      "Stat '",
+      name(),
+      "': cannot add a tensor on the meta device, which holds no values; add "
+      "the tensor computed on a real device");
   TORCH_CHECK_TYPE(
       !kInt || !at::isFloatingType(values.scalar_type()),
       "IntStat '",

@@ -142,7 +142,7 @@ TEST(Step, SetGetClearAndNegativeRejected) {
   EXPECT_EQ(getStep(), std::optional<int64_t>(0));
   setStep(std::numeric_limits<int64_t>::max());
   EXPECT_EQ(getStep(), std::numeric_limits<int64_t>::max());
-  test::expectValueError([] { setStep(-1); }, {"at least 0", "-1"});
+  test::expectValueError([] { setStep(-1); }, {"[0, 2**63-1]", "got -1"});
   EXPECT_EQ(getStep(), std::numeric_limits<int64_t>::max()); // unchanged
   setOrClearStep(std::nullopt);
   EXPECT_FALSE(getStep().has_value());

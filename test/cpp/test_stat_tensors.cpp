@@ -170,7 +170,7 @@ TEST(StatWindowSteps, RejectsWindowsUnderOneStepAndNegativeSteps) {
   expectValueError(
       [] { Stat<double>("bad.steps", {Aggregation::SUM}, WindowSteps{0}); },
       {"'bad.steps'", "window_steps must be at least 1", "got 0"});
-  expectValueError([] { setStep(-1); }, {"at least 0", "got -1"});
+  expectValueError([] { setStep(-1); }, {"[0, 2**63-1]", "got -1"});
 }
 
 } // namespace

@@ -80,6 +80,12 @@ void logEventValues(
         "' must be a number or a one-element tensor, got a tensor of ",
         values[i].numel(),
         " elements (log a reduction such as t.mean(), or each element)");
+    TORCH_CHECK_VALUE(
+        !values[i].is_meta(),
+        "log_event: the value of '",
+        keys[i],
+        "' is a tensor on the meta device, which holds no value to log; log "
+        "the tensor computed on a real device");
   }
   for (size_t i = 0; i < textKeys.size(); ++i) {
     detail::checkText(textKeys[i], "Event data key");
