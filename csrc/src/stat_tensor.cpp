@@ -47,7 +47,7 @@ void Stat<T>::add(const at::Tensor& values) {
   const bool onDevice = !values.device().is_cpu() ||
       cpuTensorsTakeDevicePath.load(std::memory_order_relaxed);
   if (onDevice && !capped_) {
-    addOnDevice(values.detach());
+    addOnDevice(values); // autograd never sees it: TensorWindow runs below it
     return;
   }
   // Read in place, in the tensor's own dtype: a CPU loss costs a dtype
