@@ -13,12 +13,15 @@
 
 namespace torch_monitor {
 namespace {
-std::atomic<bool> cpuTensorsTakeDevicePath{false};
+std::atomic<bool> gCpuTensorsTakeDevicePath{false};
 } // namespace
 
 namespace test_hooks {
 void setCpuTensorsTakeDevicePath(bool on) noexcept {
-  cpuTensorsTakeDevicePath.store(on, std::memory_order_relaxed);
+  gCpuTensorsTakeDevicePath.store(on, std::memory_order_relaxed);
+}
+bool cpuTensorsTakeDevicePath() noexcept {
+  return gCpuTensorsTakeDevicePath.load(std::memory_order_relaxed);
 }
 } // namespace test_hooks
 
@@ -44,8 +47,8 @@ void Stat<T>::add(const at::Tensor& values) {
   if (values.numel() == 0) {
     return;
   }
-  const bool onDevice = !values.device().is_cpu() ||
-      cpuTensorsTakeDevicePath.load(std::memory_order_relaxed);
+  const bool onDevice =
+      !values.device().is_cpu() || test_hooks::cpuTensorsTakeDevicePath();
   if (onDevice && !capped_) {
     addOnDevice(values); // autograd never sees it: TensorWindow runs below it
     return;

@@ -172,6 +172,14 @@ void BufferedFileWriter::wakeFlusher() {
   wake_.notify_one();
 }
 
+void BufferedFileWriter::requestFlush() {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    flushRequested_ = true;
+  }
+  wakeFlusher();
+}
+
 void BufferedFileWriter::reportDropped() {
   problems_.report(
       "dropped",
@@ -201,6 +209,9 @@ void BufferedFileWriter::reportForkedChild() {
 void BufferedFileWriter::flush() {
   if (forkGeneration().load(std::memory_order_relaxed) != generation_) {
     return;
+  }
+  if (layout_.beforeWrite) {
+    layout_.beforeWrite(/*closing=*/false);
   }
   std::lock_guard<std::mutex> io(ioMutex_);
   {
@@ -445,6 +456,12 @@ void BufferedFileWriter::close() {
     if (closed_) {
       return;
     }
+  }
+  if (layout_.beforeWrite) {
+    layout_.beforeWrite(/*closing=*/true); // while appends are still taken
+  }
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
     closed_ = true; // later appends are ignored
     stop_ = true;
   }
