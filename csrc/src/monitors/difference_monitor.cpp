@@ -5,6 +5,7 @@
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 
@@ -21,12 +22,13 @@ bool recordsGraph(const at::Tensor& t, bool keepGraph) {
 
 // `t` copied, into `spare` when it has the same shape, dtype and device
 // (and is unshared), else into new memory. Without autograd unless
-// recordsGraph().
+// recordsGraph(): the copy is ours alone, so it skips autograd's kernels
+// altogether (a detached copy is what they would make of it).
 at::Tensor copyOf(const at::Tensor& t, bool keepGraph, at::Tensor spare) {
   if (recordsGraph(t, keepGraph)) {
     return t.clone();
   }
-  at::NoGradGuard noGrad;
+  const at::AutoDispatchBelowADInplaceOrView belowAutograd;
   if (spare.defined() && detail::writableInPlace(spare) &&
       spare.use_count() == 1 &&
       spare.storage().use_count() == 1 && spare.sizes() == t.sizes() &&
@@ -262,16 +264,20 @@ void DifferenceMonitor::before(const c10::IValue& value, bool training) {
 void DifferenceMonitor::after(const c10::IValue& value, bool training) {
   const std::thread::id me = std::this_thread::get_id();
   c10::IValue pre; // None without a capture (before() skipped in this call)
+  bool defaults = false;
   {
     detail::BlockingLock guard(mutex_);
     pre = takePending(me);
     if (!runsWhen(training)) {
       return;
     }
+    defaults = callables_ == nullptr;
   }
-  feed(value, pre, /*paired=*/true);
-  // The capture's memory (now holding the difference, which the reducer has
-  // copied) serves the next capture when nobody else kept it.
+  if (!(defaults && subtractIntoHistory(value, pre))) {
+    feed(value, pre, /*paired=*/true);
+  }
+  // The capture's memory (done with: the reducer holds the difference)
+  // serves the next capture when nobody else kept it.
   if (pre.isTensor()) {
     at::Tensor memory = std::move(pre).toTensor();
     if (memory.defined() && memory.use_count() == 1 &&
@@ -280,6 +286,25 @@ void DifferenceMonitor::after(const c10::IValue& value, bool training) {
       spare_ = std::move(memory);
     }
   }
+}
+
+bool DifferenceMonitor::subtractIntoHistory(
+    const c10::IValue& post,
+    const c10::IValue& pre) {
+  if (!post.isTensor() || !pre.isTensor() || keepGraph()) {
+    return false;
+  }
+  const at::Tensor& p = post.toTensor();
+  const at::Tensor& q = pre.toTensor();
+  if (!p.defined() || !q.defined() || p.sizes() != q.sizes() ||
+      p.scalar_type() != q.scalar_type() || p.device() != q.device()) {
+    return false;
+  }
+  // What the default filter, map and op give for two such tensors is
+  // p - q, detached: computed into the reducer's next row (without
+  // autograd: the row is the reducer's alone), it needs no copy there.
+  return reducer_->forwardInto(
+      p, [&](at::Tensor& row) { at::sub_out(row, p, q); });
 }
 
 void DifferenceMonitor::observe(const c10::IValue& value, bool training) {
