@@ -109,6 +109,8 @@ fi
 # says whether they ran.
 gpu_benchmarks=(
   "benchmarks/python/bench_training_step.py --device cuda"
+  "benchmarks/python/bench_tensor_paths.py --device cuda"
+  "benchmarks/python/bench_difference_monitor.py --device cuda --clock wall"
 )
 if [ "$has_cuda" = 1 ]; then
   for bench in "${gpu_benchmarks[@]}"; do

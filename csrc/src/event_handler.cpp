@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <utility>
@@ -125,19 +127,26 @@ void editHandlers(Edit edit) {
   // Replaced lists (and maybe handlers) are released here, outside the lock.
 }
 
-// Calls every handler; returns the first exception.
-std::exception_ptr callHandlers(const HandlerList& list, const Event& event) {
-  std::exception_ptr first;
-  for (const auto& handler : list) {
+// Calls every handler of `list`. When one throws, the others still run and
+// the first exception is rethrown after them; the usual case, where none
+// throws, is a plain loop (no exception_ptr to make, test or destroy).
+__attribute__((always_inline)) inline void callHandlers(
+    const HandlerList& list,
+    const Event& event) {
+  for (size_t i = 0; i < list.size(); ++i) {
     try {
-      handler->handle(event);
+      list[i]->handle(event);
     } catch (...) {
-      if (!first) {
-        first = std::current_exception();
+      const std::exception_ptr first = std::current_exception();
+      for (size_t j = i + 1; j < list.size(); ++j) {
+        try {
+          list[j]->handle(event);
+        } catch (...) {
+        }
       }
+      std::rethrow_exception(first);
     }
   }
-  return first;
 }
 
 // The free mark of the calling thread, or nullptr (no slot, or too deep).
@@ -154,75 +163,126 @@ std::atomic<const HandlerList*>* freeMark(Registry& r) {
   return nullptr;
 }
 
-std::exception_ptr logWithReference(Registry& r, const Event& event) {
+void logWithReference(Registry& r, const Event& event) {
   std::shared_ptr<const HandlerList> snapshot;
   {
     std::lock_guard<std::mutex> guard(r.mutex);
     snapshot = r.current;
   }
-  return callHandlers(*snapshot, event);
+  callHandlers(*snapshot, event);
 }
 
-// logEvent once a handler is registered; apart, so that the check for none
-// stays a few instructions.
-__attribute__((noinline)) void logToHandlers(Registry& r, const Event& event) {
-  std::atomic<const HandlerList*>* mark = freeMark(r);
-  if (__builtin_expect(mark == nullptr, 0)) {
-    if (std::exception_ptr e = logWithReference(r, event)) {
-      std::rethrow_exception(e);
+// A reader's mark on the list it calls, cleared when logEvent leaves,
+// returning or unwinding from a handler's exception.
+class MarkedList {
+ public:
+  MarkedList(Registry& r, std::atomic<const HandlerList*>& mark)
+      : registry_(r), mark_(mark) {
+    list_ = r.published.load(std::memory_order_acquire);
+    for (;;) {
+      mark_.store(list_, std::memory_order_release);
+      detail::lightBarrier();
+      const HandlerList* again = r.published.load(std::memory_order_acquire);
+      if (again == list_) {
+        break;
+      }
+      list_ = again;
     }
-    return;
   }
-  const HandlerList* list = r.published.load(std::memory_order_acquire);
-  for (;;) {
-    mark->store(list, std::memory_order_release);
+  MarkedList(const MarkedList&) = delete;
+  MarkedList& operator=(const MarkedList&) = delete;
+  ~MarkedList() {
+    mark_.store(nullptr, std::memory_order_release);
     detail::lightBarrier();
-    const HandlerList* again = r.published.load(std::memory_order_acquire);
-    if (again == list) {
-      break;
-    }
-    list = again;
-  }
-  const std::exception_ptr first = callHandlers(*list, event);
-  mark->store(nullptr, std::memory_order_release);
-  detail::lightBarrier();
-  if (__builtin_expect(
-          list != r.published.load(std::memory_order_relaxed), 0)) {
-    // The list was replaced meanwhile; an edit may have kept it for us.
-    std::vector<std::shared_ptr<const HandlerList>> released;
-    {
-      std::lock_guard<std::mutex> guard(r.mutex);
-      released = takeUnmarkedLocked(r);
+    if (__builtin_expect(
+            list_ != registry_.published.load(std::memory_order_relaxed), 0)) {
+      // The list was replaced meanwhile; an edit may have kept it for us.
+      std::vector<std::shared_ptr<const HandlerList>> released;
+      std::lock_guard<std::mutex> guard(registry_.mutex);
+      released = takeUnmarkedLocked(registry_);
     }
   }
-  if (first) {
-    std::rethrow_exception(first);
+  const HandlerList& list() const noexcept {
+    return *list_;
   }
+
+ private:
+  Registry& registry_;
+  std::atomic<const HandlerList*>& mark_;
+  const HandlerList* list_;
+};
+
+// Whether `text` is ASCII without NUL, as names and keys nearly always
+// are: valid, and settled inline in a few instructions, 8 bytes a step. A string
+// shorter than a word is read as one word with the bytes past its end
+// replaced: its buffer holds at least 8 bytes whenever capacity() >= 7
+// (libstdc++ keeps up to 15 characters inside the string); a longer one
+// ends with a word that overlaps the last full one.
+__attribute__((always_inline)) inline bool asciiString(
+    const std::string& text) noexcept {
+  const char* p = text.data();
+  const size_t n = text.size();
+  if (n < 8) {
+    if (text.capacity() < 7) {
+      return detail::isValidText(text);
+    }
+    uint64_t word;
+    std::memcpy(&word, p, sizeof(word));
+    const uint64_t keep = n == 0 ? 0 : ~uint64_t(0) >> (64 - 8 * n);
+    return detail::plainAsciiWord(
+        (word & keep) | (0x0101010101010101ULL & ~keep));
+  }
+  bool plain = detail::plainAscii8(p + n - 8);
+  for (size_t i = 0; i + 8 < n; i += 8) {
+    plain = plain && detail::plainAscii8(p + i);
+  }
+  return plain;
 }
 
-} // namespace
-
-EventHandler::~EventHandler() = default;
-
-namespace {
+// Whether `text` is valid: ASCII settles it inline, the rest takes the
+// full UTF-8 check.
+__attribute__((always_inline)) inline bool validText(
+    const std::string& text) noexcept {
+  return asciiString(text) || detail::isValidText(text);
+}
 
 // Whether every string of the event is valid text: the common case, tested
-// without building any error context.
-bool textIsValid(const Event& event) noexcept {
-  if (!detail::isValidText(event.name)) {
+// without building any error context. logEvent runs it on every event it
+// delivers, so ASCII text costs a few instructions per string.
+__attribute__((always_inline)) inline bool textIsValid(
+    const Event& event) noexcept {
+  if (!validText(event.name)) {
     return false;
   }
   for (const auto& [key, value] : event.data) {
     const auto* text = std::get_if<std::string>(&value);
-    if (!detail::isValidText(key) ||
-        (text != nullptr && !detail::isValidText(*text))) {
+    if (!validText(key) || (text != nullptr && !validText(*text))) {
       return false;
     }
   }
   return true;
 }
 
+// logEvent once a handler is registered (kCheck: with the event's text
+// checked first); apart, so that the check for none stays a few
+// instructions.
+template <bool kCheck>
+__attribute__((noinline)) void logToHandlers(Registry& r, const Event& event) {
+  if (kCheck && __builtin_expect(!textIsValid(event), 0)) {
+    checkEvent(event); // throws, naming the field
+  }
+  std::atomic<const HandlerList*>* mark = freeMark(r);
+  if (__builtin_expect(mark == nullptr, 0)) {
+    logWithReference(r, event);
+    return;
+  }
+  const MarkedList marked(r, *mark);
+  callHandlers(marked.list(), event);
+}
+
 } // namespace
+
+EventHandler::~EventHandler() = default;
 
 void checkEvent(const Event& event) {
   if (textIsValid(event)) {
@@ -241,16 +301,16 @@ void checkEvent(const Event& event) {
 void logEvent(const Event& event) {
   // An event no handler receives goes nowhere, so its text is only checked
   // on its way to one: with no handler, logEvent stays a few instructions.
-  if (hasEventHandlers()) {
-    checkEvent(event);
-    detail::dispatchEvent(event);
+  Registry& r = registry();
+  if (!r.empty.load(std::memory_order_acquire)) {
+    logToHandlers</*kCheck=*/true>(r, event);
   }
 }
 
 void detail::dispatchEvent(const Event& event) {
   Registry& r = registry();
   if (!r.empty.load(std::memory_order_acquire)) {
-    logToHandlers(r, event);
+    logToHandlers</*kCheck=*/false>(r, event);
   }
 }
 

@@ -142,12 +142,15 @@ Stat<T>::~Stat() {
 }
 
 namespace {
-std::atomic<bool> cpuTensorsTakeDevicePath{false};
+std::atomic<bool> gCpuTensorsTakeDevicePath{false};
 } // namespace
 
 namespace test_hooks {
 void setCpuTensorsTakeDevicePath(bool on) noexcept {
-  cpuTensorsTakeDevicePath.store(on, std::memory_order_relaxed);
+  gCpuTensorsTakeDevicePath.store(on, std::memory_order_relaxed);
+}
+bool cpuTensorsTakeDevicePath() noexcept {
+  return gCpuTensorsTakeDevicePath.load(std::memory_order_relaxed);
 }
 } // namespace test_hooks
 
@@ -181,10 +184,11 @@ void Stat<T>::add(const at::Tensor& values) {
   if (values.numel() == 0) {
     return;
   }
-  const bool onDevice = !values.device().is_cpu() ||
-      cpuTensorsTakeDevicePath.load(std::memory_order_relaxed);
+  const bool onDevice =
+      !values.device().is_cpu() || test_hooks::cpuTensorsTakeDevicePath();
   if (onDevice && !this->capped_) {
-    this->addOnDevice(values.detach());
+    // Autograd never sees it: TensorWindow runs below it.
+    this->addOnDevice(values);
     return;
   }
   // Read in place, in the tensor's own dtype: a CPU loss costs a dtype

@@ -241,6 +241,36 @@ TEST(Event, LogEventRejectsInvalidUtf8AndNulBeforeAnyHandlerRuns) {
   EXPECT_EQ(recorder->size(), 1u);
 }
 
+// logEvent reads text a word at a time (short strings as one masked word,
+// long ones ending on an overlapping word): a bad byte is found at every
+// place of every length around those edges, and the bytes past a string's
+// end never count.
+TEST(Event, LogEventFindsABadByteAtEveryPlace) {
+  ScopedRecorder recorder;
+  size_t delivered = 0;
+  for (size_t n = 0; n <= 24; ++n) {
+    SCOPED_TRACE(n);
+    std::string clean(n, 'a');
+    Event ok = makeEvent("n");
+    ok.data[clean] = clean;
+    logEvent(ok);
+    EXPECT_EQ(recorder->size(), ++delivered);
+    for (size_t i = 0; i < n; ++i) {
+      SCOPED_TRACE(i);
+      for (const char bad : {'\0', '\x80', '\xff'}) {
+        std::string spoilt = clean;
+        spoilt[i] = bad;
+        Event e = makeEvent(spoilt);
+        test::expectValueError([&] { logEvent(e); }, {"Event name"});
+        Event key = makeEvent("k");
+        key.data[spoilt] = 1.0;
+        test::expectValueError([&] { logEvent(key); }, {"Event data key"});
+      }
+    }
+  }
+  EXPECT_EQ(recorder->size(), delivered);
+}
+
 // ---------------------------------------------------------------------------
 // Registration
 

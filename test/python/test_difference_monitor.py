@@ -1098,3 +1098,35 @@ def test_cuda_module_with_cpu_reducer_names_the_monitor():
     with pytest.raises((RuntimeError, ValueError), match="DifferenceMonitor 'state'") as info:
         m(torch.ones(3, device="cuda"))
     assert "cuda" in str(info.value).lower()
+
+
+# ------------------------------------------- differences written into the history
+
+
+def test_differences_go_into_the_history_unless_someone_holds_it():
+    """With the default callables the difference is subtracted straight into
+    the reducer's history (Reducer::forwardInto); a peek() still held, or a
+    state of another dtype, takes the ordinary way, which never changes
+    what an earlier peek() returned."""
+    module = InPlace(4)
+    reducer = tm.PassthroughReducer(1.0, 2.0)
+    monitor = tm.DifferenceMonitor(reducer, "state", module)
+    module(torch.ones(4))
+    memory = reducer.data.data_ptr()
+    module(torch.full((4,), 2.0))
+    assert reducer.data.data_ptr() == memory  # written in place
+    held = monitor.peek()
+    for k in (3.0, 4.0, 5.0):
+        module(torch.full((4,), k))
+        assert held.tolist() == [2.0] * 4  # never overwritten in place
+    assert monitor.dump().tolist() == [[5.0] * 4, [4.0] * 4]  # 2 rows
+    del held
+    module(torch.full((4,), 6.0))
+    assert monitor.dump().tolist() == [[6.0] * 4, [5.0] * 4]
+    # A float64 state feeds a float32 history the ordinary way (cast).
+    module64 = InPlace(2).double()
+    monitor64 = tm.DifferenceMonitor(
+        tm.PassthroughReducer(1.0, 1.0).float(), "state", module64)
+    module64(torch.full((2,), 0.5, dtype=torch.float64))
+    assert monitor64.peek().dtype == torch.float32
+    assert monitor64.peek().tolist() == [0.5, 0.5]

@@ -3,10 +3,11 @@ elements one by one as Python numbers (the oracle), for every aggregation,
 dtype and layout; NaN and infinities follow the same rules as floats.
 
 Every test runs twice: with CPU tensors read at once (their own path) and
-with CPU tensors taking the path of accelerator tensors (summaries kept as
-tensors, read when the window closes), which the CUDA tests at the end check
-on a real device. That path sums on the device, so its SUM and MEAN may
-differ from the one-by-one sum in the last bits."""
+with CPU tensors taking the path of accelerator tensors (elements kept in a
+buffer on the device, read when the window closes), which the CUDA tests at
+the end check on a real device. Beyond the buffer's 65536 elements that path
+folds them into summary rows on the device, whose SUM and MEAN may differ
+from the one-by-one sum in the last bits."""
 
 from datetime import timedelta
 
@@ -214,6 +215,56 @@ def test_many_tensor_adds_in_one_window():
     assert_same(*windows(stat, tensors, items))
     values[0][0] = 0.0  # now the extremes are real numbers
     assert_same(*windows(stat, tensors, items))
+
+
+# The device path's buffer of pending elements (TensorWindow::kMaxPending).
+PENDING = 65536
+
+
+@pytest.mark.parametrize("nan_at", [None, "first", "big", "folded", "pending"])
+def test_tensors_beyond_the_pending_buffer(nan_at):
+    # A tensor too large for the buffer (summarised at its add), and more
+    # small ones than it holds (folded when it fills), between 0-d ones.
+    gen = torch.Generator().manual_seed(4)
+    values = [torch.tensor(0.5), torch.randn(PENDING + 5, generator=gen)]
+    values += [torch.randn(20000, generator=gen) for _ in range(4)]
+    values.append(torch.tensor(-3.0))
+    if nan_at == "first":
+        values[0] = torch.tensor(float("nan"))  # poisons MAX and MIN
+    elif nan_at == "big":
+        values[1][0] = float("nan")
+    elif nan_at == "folded":
+        values[4][7] = float("nan")  # in the buffer when it fills
+    elif nan_at == "pending":
+        # first in the buffer read at the close, before its MAX and MIN
+        values[5][:3] = torch.tensor([float("nan"), 100.0, -100.0])
+
+    def tensors(s):
+        for t in values:
+            s.add(t)
+
+    def items(s):
+        for t in values:
+            for x in t.reshape(-1).tolist():
+                s.add(x)
+
+    assert_same(*windows(stat, tensors, items))
+
+
+def test_more_summary_rows_than_kept():
+    # Past 1024 summary rows the device path folds them into one.
+    t = torch.randn(PENDING + 1, generator=torch.Generator().manual_seed(6))
+    adds = 1030
+    s = stat(f"tensor.rows.{next(_names)}")
+    for _ in range(adds):
+        s.add(t)
+    (got,) = closed_windows(s)
+    total = t.double().sum().item() * adds
+    assert got[".count"] == t.numel() * adds
+    assert got[".sum"] == pytest.approx(total, rel=1e-9, abs=1e-6)
+    assert got[".max"] == t.max().item()
+    assert got[".min"] == t.min().item()
+    assert got[".value"] == t[-1].item()
 
 
 def test_tensor_samples_count_and_close_with_their_window():

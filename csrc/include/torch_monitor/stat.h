@@ -234,6 +234,8 @@ namespace test_hooks {
 // summaries kept as tensors until the window closes), so that tests on a
 // machine without an accelerator cover it. Process-wide.
 TORCH_MONITOR_API void setCpuTensorsTakeDevicePath(bool on) noexcept;
+// Whether they do (TensorBoardWriter's points of tensors follow it too).
+TORCH_MONITOR_API bool cpuTensorsTakeDevicePath() noexcept;
 } // namespace test_hooks
 
 extern template class Stat<double>;

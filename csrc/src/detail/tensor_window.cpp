@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
@@ -23,6 +24,7 @@ constexpr int64_t kLast = 3;
 constexpr int64_t kFirst = 4;
 constexpr int64_t kColumns = 5;
 constexpr int64_t kInitialRows = 16;
+constexpr int64_t kInitialPending = 16;
 
 template <typename T>
 constexpr at::ScalarType kRowType =
@@ -62,6 +64,32 @@ bool isNaN(T v) noexcept {
   return v != v; // never true for integers
 }
 
+// `n` elements read back from the device, as one share of the window. When
+// they start it, they are added one by one exactly as numbers are; else,
+// like a row, their MAX and MIN ignore every NaN (and merge() ignores the
+// -inf and +inf of an all-NaN share, as it ignores a NaN).
+template <typename T>
+Accumulator<T> foldElements(const T* elements, int64_t n, bool startsWindow) {
+  Accumulator<T> share;
+  if (startsWindow || !std::is_floating_point_v<T>) {
+    for (int64_t i = 0; i < n; ++i) {
+      share.add(elements[i], 0);
+    }
+    return share;
+  }
+  share.max = -std::numeric_limits<T>::infinity();
+  share.min = std::numeric_limits<T>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = elements[i];
+    share.sum += v;
+    share.max = v > share.max ? v : share.max;
+    share.min = v < share.min ? v : share.min;
+  }
+  share.value = elements[n - 1];
+  share.count = n;
+  return share;
+}
+
 } // namespace
 
 template <typename T>
@@ -70,11 +98,80 @@ void TensorWindow<T>::add(
     int64_t nowMs,
     const void* shard,
     int64_t shardCount) {
+  // The window's buffers are ours alone: autograd has nothing to record or
+  // check in them, and skipping its kernels (and a detach()) keeps an add
+  // at one op's worth of dispatch on the calling thread.
+  const at::AutoDispatchBelowADInplaceOrView belowAutograd;
   const int64_t n = values.numel();
+  if (n > kMaxPending) {
+    appendRow(values.reshape({-1}));
+  } else {
+    if (pendingUsed_ + n > (pending_.defined() ? pending_.size(0) : 0)) {
+      growOrFoldPending(values, n);
+    }
+    // The elements go straight into the buffer, in row-major order,
+    // converted to T by the copy: one kernel.
+    const at::Tensor into = values.dim() == 0
+        ? pending_.as_strided({}, {}, pendingUsed_)
+        : pending_.as_strided(
+              values.sizes(),
+              c10::contiguous_strides(values.sizes()),
+              pendingUsed_);
+    into.copy_(values, /*non_blocking=*/true);
+    pendingUsed_ += n;
+  }
+  const at::Device device =
+      pending_.defined() ? pending_.device() : rows_.device();
+  stream_ = c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+  if (count_ == 0) {
+    hostFirst_ = shardCount > 0;
+  }
+  count_ += n;
+  lastMs_ = nowMs;
+  lastShard_ = shard;
+  lastShardCount_ = shardCount;
+}
+
+template <typename T>
+void TensorWindow<T>::growOrFoldPending(const at::Tensor& values, int64_t n) {
+  const int64_t capacity = pending_.defined() ? pending_.size(0) : 0;
+  if (capacity == kMaxPending) {
+    foldPending();
+    return;
+  }
+  int64_t size = std::max(2 * capacity, kInitialPending);
+  while (size < pendingUsed_ + n && size < kMaxPending) {
+    size *= 2;
+  }
+  at::Tensor grown = at::empty(
+      {std::min(size, kMaxPending)},
+      values.options().dtype(kRowType<T>).memory_format(
+          at::MemoryFormat::Contiguous));
+  if (pendingUsed_ + n > grown.size(0)) {
+    foldPending(); // even the largest buffer cannot hold both
+  } else if (pendingUsed_ > 0) {
+    grown.narrow(0, 0, pendingUsed_).copy_(pending_.narrow(0, 0, pendingUsed_));
+  }
+  pending_ = std::move(grown);
+}
+
+template <typename T>
+void TensorWindow<T>::foldPending() {
+  if (pendingUsed_ == 0) {
+    return;
+  }
+  const at::Tensor elements = pending_.narrow(0, 0, pendingUsed_);
+  pendingUsed_ = 0;
+  appendRow(elements);
+}
+
+template <typename T>
+void TensorWindow<T>::appendRow(const at::Tensor& flat) {
+  foldPending();
   if (!rows_.defined()) {
     rows_ = at::empty(
         {kInitialRows, kColumns},
-        values.options().dtype(kRowType<T>).memory_format(
+        flat.options().dtype(kRowType<T>).memory_format(
             at::MemoryFormat::Contiguous));
   }
   if (used_ == rows_.size(0)) {
@@ -95,38 +192,33 @@ void TensorWindow<T>::add(
       used_ = 1;
     }
   }
-  at::Tensor row;
-  if (n == 1) {
-    // A scalar is its own sum, extremes, last and first: one copy kernel.
-    row = values.reshape({1}).expand({kColumns});
-  } else {
-    const at::Tensor flat = values.reshape({-1});
-    row = rowOf<T>(flat, flat, flat, flat[n - 1], flat[0]);
-  }
-  rows_[used_].copy_(row, /*non_blocking=*/true);
-  stream_ = c10::impl::VirtualGuardImpl(rows_.device().type())
-                .getStream(rows_.device());
-  if (count_ == 0) {
-    hostFirst_ = shardCount > 0;
-  }
+  const int64_t n = flat.numel();
+  rows_[used_].copy_(
+      rowOf<T>(flat, flat, flat, flat[n - 1], flat[0]), /*non_blocking=*/true);
   ++used_;
-  count_ += n;
-  lastMs_ = nowMs;
-  lastShard_ = shard;
-  lastShardCount_ = shardCount;
 }
 
 template <typename T>
-Accumulator<T> TensorWindow<T>::foldRows(bool startsWindow) const {
+Accumulator<T> TensorWindow<T>::fold(bool startsWindow) const {
   // The window's one synchronisation with the device, on the stream that
-  // wrote the last row: another thread (the closer, the time-close thread)
-  // may be on another stream, which would not wait for that write.
+  // wrote the last sample: another thread (the closer, the time-close
+  // thread) may be on another stream, which would not wait for that write.
   const c10::StreamGuard onWritersStream(*stream_);
-  const at::Tensor host = rows_.narrow(0, 0, used_).cpu();
-  const T* rows = host.const_data_ptr<T>();
+  const at::AutoDispatchBelowADInplaceOrView belowAutograd;
+  at::Tensor device;
+  if (used_ > 0) {
+    device = rows_.narrow(0, 0, used_).reshape({-1});
+    if (pendingUsed_ > 0) {
+      device = at::cat({device, pending_.narrow(0, 0, pendingUsed_)});
+    }
+  } else {
+    device = pending_.narrow(0, 0, pendingUsed_);
+  }
+  const at::Tensor host = device.cpu();
+  const T* data = host.const_data_ptr<T>();
   Accumulator<T> out;
   for (int64_t i = 0; i < used_; ++i) {
-    const T* row = rows + i * kColumns;
+    const T* row = data + i * kColumns;
     Accumulator<T> share;
     share.sum = row[kSum];
     share.value = row[kLast];
@@ -137,6 +229,12 @@ Accumulator<T> TensorWindow<T>::foldRows(bool startsWindow) const {
     const bool firstIsNaN = startsWindow && i == 0 && isNaN(row[kFirst]);
     share.max = firstIsNaN ? row[kFirst] : row[kMax];
     share.min = firstIsNaN ? row[kFirst] : row[kMin];
+    out.merge(share);
+  }
+  if (pendingUsed_ > 0) { // the latest samples
+    Accumulator<T> share = foldElements(
+        data + used_ * kColumns, pendingUsed_, startsWindow && used_ == 0);
+    share.lastMs = used_;
     out.merge(share);
   }
   out.count = count_;
@@ -151,7 +249,7 @@ Accumulator<T> TensorWindow<T>::take(
   const bool numbersFirst = hostFirst_ && host.count > 0;
   Accumulator<T> tensors;
   try {
-    tensors = foldRows(/*startsWindow=*/!numbersFirst);
+    tensors = fold(/*startsWindow=*/!numbersFirst);
   } catch (const std::exception& e) {
     // The device failed (a CUDA error is sticky: training is failing too).
     // The window closes with the numbers alone: at exit, on the window
@@ -175,6 +273,7 @@ Accumulator<T> TensorWindow<T>::take(
     out.value = tensorLast ? tensors.value : host.value;
     out.lastMs = std::max(lastMs_, host.lastMs);
   }
+  pendingUsed_ = 0;
   used_ = 0;
   count_ = 0;
   lastMs_ = 0;

@@ -43,20 +43,10 @@ size_t sequenceLength(std::string_view text, size_t i) {
   return length;
 }
 
-// Whether none of the 8 bytes at `p` is NUL or non-ASCII (SWAR: the usual
-// zero-byte test, plus the high bits).
-bool plainAscii8(const char* p) noexcept {
-  uint64_t word;
-  std::memcpy(&word, p, sizeof(word));
-  constexpr uint64_t kOnes = 0x0101010101010101ULL;
-  constexpr uint64_t kHighs = 0x8080808080808080ULL;
-  return ((word & kHighs) | ((word - kOnes) & ~word & kHighs)) == 0;
-}
-
 size_t firstInvalidByte(std::string_view text) noexcept {
   size_t i = 0;
   // Names and keys are mostly ASCII: 8 bytes a step until the first byte
-  // that needs a closer look (logEvent checks every event's text).
+  // that needs a closer look.
   while (i + 8 <= text.size() && plainAscii8(text.data() + i)) {
     i += 8;
   }

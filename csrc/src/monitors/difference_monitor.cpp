@@ -1,10 +1,14 @@
 #include <torch_monitor/monitors/difference_monitor.h>
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/TensorIterator.h> // at::internal::GRAIN_SIZE
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 
@@ -14,6 +18,54 @@
 namespace torch_monitor {
 namespace {
 
+// A CPU tensor whose memory is its own to read: not a Python subclass or a
+// functional wrapper.
+bool plainCpu(const at::Tensor& t) {
+  static const c10::DispatchKeySet kWrappers(
+      {c10::DispatchKey::Python,
+       c10::DispatchKey::PythonTLSSnapshot,
+       c10::DispatchKey::Functionalize});
+  return t.is_cpu() && t.layout() == at::kStrided && t.has_storage() &&
+      !t.key_set().has_any(kWrappers) && !t.is_neg() && !t.is_conj();
+}
+
+// The per-forward ops on small CPU tensors (a layer's weight, a norm's
+// running mean) cost more in TensorIterator's setup than in arithmetic, and
+// a monitored forward makes two of them. Contiguous float tensors of the
+// same dtype up to ATen's grain size (below which it runs one thread
+// anyway) take plain loops, which give the same bits; the rest take ATen.
+bool smallDenseFloats(const at::Tensor& a, const at::Tensor& b) {
+  return plainCpu(a) && plainCpu(b) && a.scalar_type() == b.scalar_type() &&
+      (a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble) &&
+      a.numel() == b.numel() && a.numel() <= at::internal::GRAIN_SIZE &&
+      a.is_contiguous() && b.is_contiguous();
+}
+
+// dst = src (dst our own buffer, of src's shape).
+void copyValues(at::Tensor& dst, const at::Tensor& src) {
+  if (smallDenseFloats(dst, src)) {
+    std::memcpy(dst.mutable_data_ptr(), src.const_data_ptr(), src.nbytes());
+  } else {
+    dst.copy_(src);
+  }
+}
+
+// out = a - b (out our own buffer, of a's shape, aliasing neither).
+void subtractValues(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+  if (!smallDenseFloats(a, b) || !smallDenseFloats(out, a)) {
+    at::sub_out(out, a, b);
+    return;
+  }
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "DifferenceMonitor", [&] {
+    const scalar_t* x = a.const_data_ptr<scalar_t>();
+    const scalar_t* y = b.const_data_ptr<scalar_t>();
+    scalar_t* z = out.mutable_data_ptr<scalar_t>();
+    for (int64_t i = 0, n = a.numel(); i < n; ++i) {
+      z[i] = x[i] - y[i];
+    }
+  });
+}
+
 // Whether a tensor should be copied with autograd: only when the monitor
 // keeps graphs and autograd would record the copy anyway.
 bool recordsGraph(const at::Tensor& t, bool keepGraph) {
@@ -22,18 +74,20 @@ bool recordsGraph(const at::Tensor& t, bool keepGraph) {
 
 // `t` copied, into `spare` when it has the same shape, dtype and device
 // (and is unshared), else into new memory. Without autograd unless
-// recordsGraph().
+// recordsGraph(): the copy is ours alone, so it skips autograd's kernels
+// altogether (a detached copy is what they would make of it).
 at::Tensor copyOf(const at::Tensor& t, bool keepGraph, at::Tensor spare) {
   if (recordsGraph(t, keepGraph)) {
     return t.clone();
   }
-  at::NoGradGuard noGrad;
+  const at::AutoDispatchBelowADInplaceOrView belowAutograd;
   if (spare.defined() && detail::writableInPlace(spare) &&
       spare.use_count() == 1 &&
       spare.storage().use_count() == 1 && spare.sizes() == t.sizes() &&
       spare.strides() == t.strides() && spare.dtype() == t.dtype() &&
       spare.device() == t.device()) {
-    return spare.copy_(t);
+    copyValues(spare, t);
+    return spare;
   }
   return t.clone();
 }
@@ -266,16 +320,20 @@ void DifferenceMonitor::before(const c10::IValue& value, bool training) {
 void DifferenceMonitor::after(const c10::IValue& value, bool training) {
   const std::thread::id me = std::this_thread::get_id();
   c10::IValue pre; // None without a capture (before() skipped in this call)
+  bool defaults = false;
   {
     detail::BlockingLock guard(mutex_);
     pre = takePending(me);
     if (!runsWhen(training)) {
       return;
     }
+    defaults = callables_ == nullptr;
   }
-  feed(value, pre, /*paired=*/true);
-  // The capture's memory (now holding the difference, which the reducer has
-  // copied) serves the next capture when nobody else kept it.
+  if (!(defaults && subtractIntoHistory(value, pre))) {
+    feed(value, pre, /*paired=*/true);
+  }
+  // The capture's memory (done with: the reducer holds the difference)
+  // serves the next capture when nobody else kept it.
   if (pre.isTensor()) {
     at::Tensor memory = std::move(pre).toTensor();
     if (memory.defined() && memory.use_count() == 1 &&
@@ -284,6 +342,25 @@ void DifferenceMonitor::after(const c10::IValue& value, bool training) {
       spare_ = std::move(memory);
     }
   }
+}
+
+bool DifferenceMonitor::subtractIntoHistory(
+    const c10::IValue& post,
+    const c10::IValue& pre) {
+  if (!post.isTensor() || !pre.isTensor() || keepGraph()) {
+    return false;
+  }
+  const at::Tensor& p = post.toTensor();
+  const at::Tensor& q = pre.toTensor();
+  if (!p.defined() || !q.defined() || p.sizes() != q.sizes() ||
+      p.scalar_type() != q.scalar_type() || p.device() != q.device()) {
+    return false;
+  }
+  // What the default filter, map and op give for two such tensors is
+  // p - q, detached: computed into the reducer's next row (without
+  // autograd: the row is the reducer's alone), it needs no copy there.
+  return reducer_->forwardInto(
+      p, [&](at::Tensor& row) { subtractValues(row, p, q); });
 }
 
 void DifferenceMonitor::observe(const c10::IValue& value, bool training) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 
 namespace torch_monitor {
 namespace {
@@ -162,6 +163,29 @@ void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
   history_.push(state, inplace_);
   hasState_ = true;
   step.commit();
+}
+
+bool FoldReducer::forwardInto(
+    const at::Tensor& like,
+    const std::function<void(at::Tensor& row)>& write) {
+  detail::BlockingLock guard(mutex_);
+  // Anything forward() would cast, reject or fold goes through forward().
+  if (custom_ || kind_.fold != FoldRule::Passthrough || !like.defined() ||
+      like.scalar_type() != dtype() || like.device() != device() ||
+      (history_.allocated() && like.sizes() != history_.stateShape())) {
+    return false;
+  }
+  // The row is ours alone (nextRowToWrite): autograd has nothing to record.
+  const at::AutoDispatchBelowADInplaceOrView belowAutograd;
+  at::Tensor row = history_.nextRowToWrite(like.sizes());
+  if (!row.defined()) {
+    return false;
+  }
+  write(row);
+  history_.advance();
+  ++steps_;
+  hasState_ = true;
+  return true;
 }
 
 std::optional<at::Tensor> FoldReducer::peek() const {

@@ -63,24 +63,39 @@ at::IntArrayRef History::stateShape() const {
   return storage_.sizes().slice(1);
 }
 
-bool History::exclusivelyOwned(const at::Tensor& incoming) const {
+bool History::storageUnshared() const {
   // A view handed out earlier (peek(), an exact view()) or the tensor itself
   // held elsewhere (storage() from Python) shares the TensorImpl or the
   // StorageImpl; writing in place would change what its holder sees.
   if (storage_.use_count() != 1 || storage_.storage().use_count() != 1) {
     return false;
   }
-  if (!detail::writableInPlace(storage_) || storage_.requires_grad()) {
-    return false;
+  return detail::writableInPlace(storage_) && !storage_.requires_grad();
+}
+
+bool History::exclusivelyOwned(const at::Tensor& incoming) const {
+  return storageUnshared() &&
+      !(c10::GradMode::is_enabled() && incoming.requires_grad());
+}
+
+void History::allocate(at::IntArrayRef shape) {
+  storage_ = at::full(withRows(size_, shape), fill_, storage_.options());
+  allocated_ = true;
+  next_ = 0;
+}
+
+at::Tensor History::nextRowToWrite(at::IntArrayRef shape) {
+  if (!allocated_) {
+    allocate(shape);
+  } else if (!storageUnshared()) {
+    return at::Tensor();
   }
-  return !(c10::GradMode::is_enabled() && incoming.requires_grad());
+  return storage_.select(0, next_);
 }
 
 void History::push(const at::Tensor& state, bool inplace) {
   if (!allocated_) {
-    storage_ = at::full(withRows(size_, state.sizes()), fill_, storage_.options());
-    allocated_ = true;
-    next_ = 0;
+    allocate(state.sizes());
   }
   TORCH_INTERNAL_ASSERT(
       state.sizes() == stateShape() &&
@@ -94,7 +109,7 @@ void History::push(const at::Tensor& state, bool inplace) {
   } else {
     storage_ = at::select_scatter(storage_, state, 0, next_);
   }
-  next_ = next_ + 1 == size_ ? 0 : next_ + 1;
+  advance();
 }
 
 int64_t History::rowIndex(int64_t back) const noexcept {

@@ -324,15 +324,22 @@ void registerTensorBoardWriter(torch::Library& m) {
              c10::IValue value,
              c10::IValue step,
              std::optional<double> wallTime) {
-            self->get().addScalar(
-                tag,
-                scalarArgument(value, "value").toDouble(),
-                stepArgument(step, "add_scalar"),
-                wallTime.value_or(std::numeric_limits<double>::quiet_NaN()));
+            const std::optional<int64_t> at = stepArgument(step, "add_scalar");
+            const double time =
+                wallTime.value_or(std::numeric_limits<double>::quiet_NaN());
+            if (value.isTensor()) {
+              // A device tensor is read when the writer writes: no wait.
+              self->get().addScalar(tag, value.toTensor(), at, time);
+            } else {
+              self->get().addScalar(
+                  tag, scalarArgument(value, "value").toDouble(), at, time);
+            }
           },
           "Writes one point at global_step (SummaryWriter's arguments): "
-          "scalar_value and global_step are numbers or one-element tensors "
-          "(read when the call runs); global_step None means the training "
+          "scalar_value is a number or a one-element tensor (a tensor on a "
+          "device is copied there and read when the writer writes, so the "
+          "call never waits for it), global_step a number or a one-element "
+          "tensor read at the call; global_step None means the training "
           "step (set_step) when one is set, else the tag's next counter "
           "value; walltime None means now",
           {torch::arg("tag"),

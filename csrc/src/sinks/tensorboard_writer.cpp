@@ -9,11 +9,19 @@
 
 #include <unistd.h>
 
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
 #include <torch_monitor/sinks/format/histogram.h>
 #include <torch_monitor/sinks/format/tensorboard.h>
+#include <torch_monitor/stat.h> // test_hooks::cpuTensorsTakeDevicePath
 #include <torch_monitor/step.h>
 
 namespace torch_monitor::sinks {
@@ -53,6 +61,19 @@ std::string eventFileName(const std::string& logdir) {
       std::to_string(gFileCounter.fetch_add(1));
 }
 
+// Whether a tensor's value is read when the writer writes rather than at
+// the call: any tensor off the CPU (reading it would wait for its device),
+// and CPU tensors in the tests that take that path on purpose.
+bool readsLater(const at::Tensor& t) {
+  return !t.device().is_cpu() || test_hooks::cpuTensorsTakeDevicePath();
+}
+
+// The calling thread's current stream on the tensor's device: where the
+// snapshot of it is made, and so where it is read.
+c10::Stream streamOf(const at::Tensor& t) {
+  return c10::impl::VirtualGuardImpl(t.device().type()).getStream(t.device());
+}
+
 // End of the record containing byte `pos`, walking the length prefixes from
 // the start of `data` (which is a record boundary).
 size_t recordEnd(std::string_view data, size_t pos) {
@@ -72,11 +93,12 @@ size_t recordEnd(std::string_view data, size_t pos) {
 } // namespace
 
 struct TensorBoardWriter::Impl {
-  Impl(std::string dir, TensorBoardWriterOptions opts, ProblemLog& problems)
+  Impl(std::string dir, TensorBoardWriterOptions opts, ProblemLog& problemLog)
       : logdir(std::move(dir)),
         options(std::move(opts)),
         runDir(rankPath(logdir, options.ranks, /*isDirectory=*/true)),
         filter(options.eventNames),
+        problems(problemLog),
         writer(
             detail::FileLayout{
                 [this] { return eventFileName(*runDir); },
@@ -88,10 +110,11 @@ struct TensorBoardWriter::Impl {
                 },
                 &recordEnd,
                 /*exclusive=*/true,
-                /*truncateFirst=*/false},
+                /*truncateFirst=*/false,
+                [this](bool closing) { writeDeferred(closing); }},
             detail::BufferOptions{
                 options.flushInterval, options.maxBufferBytes},
-            problems) {}
+            problemLog) {}
 
   struct TagState {
     explicit TagState(std::string_view tag) : encoded(tag) {}
@@ -145,15 +168,187 @@ struct TensorBoardWriter::Impl {
     });
   }
 
+  // A point written directly with a value still on its device: the value
+  // was copied there at the call (a histogram: its summary computed there),
+  // and is read when the writer next writes.
+  struct DeferredPoint {
+    std::string tag;
+    // As given, else the training step at the call; else the tag's counter
+    // when it is written.
+    std::optional<int64_t> step;
+    double wallTime; // finite
+    at::Tensor snapshot; // 1-D float64: the value, or histogramSummary()
+    int64_t numel; // a histogram's elements; 0 for a scalar
+    c10::Stream stream; // the stream that wrote the snapshot
+  };
+
+  // Queues a point whose `snapshot` the caller just made on its device.
+  void defer(DeferredPoint point);
+  // FileLayout::beforeWrite: reads every deferred point (one copy to the
+  // host per stream that wrote them) and appends their records.
+  void writeDeferred(bool closing);
+  // Encodes a point read back from the device (`values` on the host),
+  // under the buffer lock; false for a histogram with no value in range.
+  bool encodeDeferred(
+      std::string& buffer,
+      const DeferredPoint& point,
+      const double* values);
+
+  // Deferred points waiting before the flusher is asked to write at once,
+  // and beyond which they are dropped (and counted), so that their device
+  // memory stays bounded when points come faster than the writes.
+  static constexpr size_t kFlushDeferredAt = 1024;
+  static constexpr size_t kMaxDeferred = 65536;
+
   const std::string logdir;
   const TensorBoardWriterOptions options;
   // Nothing on a rank that writes nothing (RankFiles::Zero): then no file
   // is made and every point is ignored.
   const std::optional<std::string> runDir;
   const EventNameFilter filter;
+  ProblemLog& problems;
+  // The fork generation of the process that made the writer: a forked
+  // child's writer is inert (BufferedFileWriter), so it defers nothing.
+  const uint64_t generation = torch_monitor::detail::forkGeneration();
   std::unordered_map<std::string, TagState> tags; // under the buffer lock
-  detail::BufferedFileWriter writer;
+  std::mutex deferredMutex; // guards what follows
+  std::vector<DeferredPoint> deferred;
+  bool deferredClosed = false;
+  std::atomic<int64_t> deferredDropped{0};
+  detail::BufferedFileWriter writer; // last: its close() calls writeDeferred
 };
+
+void TensorBoardWriter::Impl::defer(DeferredPoint point) {
+  if (!runDir ||
+      torch_monitor::detail::forkGeneration() != generation) {
+    return;
+  }
+  size_t waiting;
+  {
+    std::lock_guard<std::mutex> guard(deferredMutex);
+    if (deferredClosed) {
+      return;
+    }
+    waiting = deferred.size();
+    if (waiting < kMaxDeferred) {
+      deferred.push_back(std::move(point));
+    }
+  }
+  if (waiting >= kMaxDeferred) {
+    if (deferredDropped.fetch_add(1, std::memory_order_relaxed) == 0) {
+      problems.report(
+          "deferred dropped",
+          "more than " + std::to_string(kMaxDeferred) +
+              " points of device tensors wait to be read; newer ones are "
+              "dropped until the writer catches up (dropped() counts them)");
+    }
+  } else if (waiting + 1 == kFlushDeferredAt) {
+    writer.requestFlush();
+  }
+}
+
+void TensorBoardWriter::Impl::writeDeferred(bool closing) {
+  std::vector<DeferredPoint> points;
+  {
+    std::lock_guard<std::mutex> guard(deferredMutex);
+    points.swap(deferred);
+    deferredClosed = deferredClosed || closing;
+  }
+  if (points.empty()) {
+    return;
+  }
+  // One read per stream (a training loop's points share one): on the
+  // stream that wrote the snapshots, which the read then waits for.
+  std::vector<at::Tensor> host(points.size());
+  std::vector<int64_t> offset(points.size());
+  try {
+    const at::AutoDispatchBelowADInplaceOrView belowAutograd;
+    std::vector<bool> done(points.size());
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (done[i]) {
+        continue;
+      }
+      std::vector<at::Tensor> parts;
+      std::vector<size_t> members;
+      for (size_t j = i; j < points.size(); ++j) {
+        if (!done[j] && points[j].stream == points[i].stream) {
+          done[j] = true;
+          offset[j] = parts.empty()
+              ? 0
+              : offset[members.back()] + parts.back().numel();
+          members.push_back(j);
+          parts.push_back(points[j].snapshot);
+        }
+      }
+      const c10::StreamGuard onWritersStream(points[i].stream);
+      const at::Tensor read =
+          (parts.size() == 1 ? parts[0] : at::cat(parts)).cpu();
+      for (size_t j : members) {
+        host[j] = read;
+      }
+    }
+  } catch (const std::exception& e) {
+    problems.report(
+        "deferred read",
+        std::to_string(points.size()) +
+            " point(s) of device tensors could not be read from their "
+            "device and are lost: " + e.what(),
+        ProblemLog::WarnVia::kBackgroundSink);
+    return;
+  }
+  size_t unplottable = 0;
+  writer.append([&](std::string& buffer) {
+    size_t records = 0;
+    for (size_t i = 0; i < points.size(); ++i) {
+      const double* values = host[i].const_data_ptr<double>() + offset[i];
+      if (encodeDeferred(buffer, points[i], values)) {
+        ++records;
+      } else {
+        ++unplottable;
+      }
+    }
+    return records;
+  });
+  if (unplottable > 0) {
+    problems.report(
+        "deferred histogram out of range",
+        "add_histogram of a device tensor with no value inside the "
+        "histogram's range (all NaN, infinite or beyond it) writes nothing; "
+        "SummaryWriter rejects such a tensor. Filter the values first, e.g. "
+        "values[values.isfinite()]",
+        ProblemLog::WarnVia::kBackgroundSink);
+  }
+}
+
+bool TensorBoardWriter::Impl::encodeDeferred(
+    std::string& buffer,
+    const DeferredPoint& point,
+    const double* values) {
+  std::optional<Histogram> histogram;
+  if (point.numel > 0) {
+    try {
+      histogram = histogramFromSummary(values, point.numel);
+    } catch (const c10::ValueError&) {
+      return false;
+    }
+  }
+  TagState& state = tagState(point.tag);
+  const int64_t step = stepFor(point.step, state);
+  if (histogram) {
+    tensorboard::appendRecord(
+        buffer,
+        tensorboard::histogramEvent(
+            point.wallTime, step, state.encoded.tag(), *histogram));
+  } else {
+    tensorboard::appendScalarRecord(
+        buffer,
+        point.wallTime,
+        step,
+        state.encoded,
+        static_cast<float>(values[0]));
+  }
+  return true;
+}
 
 namespace {
 
@@ -256,11 +451,53 @@ void TensorBoardWriter::addScalar(
       });
 }
 
+void TensorBoardWriter::addScalar(
+    std::string_view tag,
+    const at::Tensor& value,
+    std::optional<int64_t> step,
+    double wallTime) {
+  TORCH_CHECK_VALUE(
+      value.defined() && value.numel() == 1,
+      "TensorBoardWriter.add_scalar: value must be a number or a one-element "
+      "tensor, got a tensor of ",
+      value.defined() ? value.numel() : 0,
+      " elements");
+  TORCH_CHECK_TYPE(
+      !at::isComplexType(value.scalar_type()),
+      "TensorBoardWriter.add_scalar: the value must be real, got a ",
+      value.scalar_type(),
+      " tensor");
+  if (!readsLater(value)) {
+    addScalar(tag, value.item<double>(), step, wallTime);
+    return;
+  }
+  const at::AutoDispatchBelowADInplaceOrView belowAutograd;
+  impl_->defer(Impl::DeferredPoint{
+      std::string(tag),
+      step ? step : getStep(),
+      std::isfinite(wallTime) ? wallTime : nowSeconds(),
+      value.reshape({1}).to(at::kDouble, /*non_blocking=*/false, /*copy=*/true),
+      0,
+      streamOf(value)});
+}
+
 void TensorBoardWriter::addHistogram(
     std::string_view tag,
     const at::Tensor& values,
     std::optional<int64_t> step,
     double wallTime) {
+  if (readsLater(values)) {
+    // Type and emptiness are checked here; "no value in range" needs the
+    // values, so it is reported when the point is written.
+    impl_->defer(Impl::DeferredPoint{
+        std::string(tag),
+        step ? step : getStep(),
+        std::isfinite(wallTime) ? wallTime : nowSeconds(),
+        histogramSummary(values),
+        values.numel(),
+        streamOf(values)});
+    return;
+  }
   // Bad values throw here, before anything is buffered (on every rank).
   const Histogram histogram = computeHistogram(values);
   impl_->appendPoint(
@@ -283,7 +520,8 @@ void TensorBoardWriter::flush() {
 }
 
 int64_t TensorBoardWriter::dropped() const {
-  return impl_->writer.dropped();
+  return impl_->writer.dropped() +
+      impl_->deferredDropped.load(std::memory_order_relaxed);
 }
 
 const std::string& TensorBoardWriter::logdir() const noexcept {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -23,5 +25,19 @@ TORCH_MONITOR_API bool isValidText(std::string_view text) noexcept;
 // nothing), else what().
 // Thread safety: a pure function.
 TORCH_MONITOR_API std::string errorMessage(const std::exception& e);
+// Whether none of the 8 bytes of `word` is NUL or non-ASCII (SWAR: the
+// usual zero-byte test, plus the high bits).
+inline bool plainAsciiWord(uint64_t word) noexcept {
+  constexpr uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr uint64_t kHighs = 0x8080808080808080ULL;
+  return ((word & kHighs) | ((word - kOnes) & ~word & kHighs)) == 0;
+}
+
+// The same for the 8 bytes at `p`.
+inline bool plainAscii8(const char* p) noexcept {
+  uint64_t word;
+  std::memcpy(&word, p, sizeof(word));
+  return plainAsciiWord(word);
+}
 
 } // namespace torch_monitor::detail

@@ -162,6 +162,10 @@ class TORCH_MONITOR_API DifferenceMonitor {
   // What after() (paired: `pre` is the capture, or None) and observe() (not
   // paired: `pre` is None) share: filter, map, detach, feed the reducer.
   void feed(const c10::IValue& post, c10::IValue& pre, bool paired);
+  // after()'s usual case, with the default callables: two tensors alike,
+  // subtracted straight into the reducer's history when it takes them as
+  // they are (Reducer::forwardInto); false when feed() must do it.
+  bool subtractIntoHistory(const c10::IValue& post, const c10::IValue& pre);
 
   std::shared_ptr<Reducer> reducer_;
   std::string name_;

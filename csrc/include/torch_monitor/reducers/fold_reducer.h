@@ -88,6 +88,9 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   // One time for every element.
   std::optional<at::Tensor> view(double time, double tolerance = 1e-7) const;
   void clear(bool keepshape = false) final;
+  bool forwardInto(
+      const at::Tensor& like,
+      const std::function<void(at::Tensor& row)>& write) final;
 
   // `kind` is kept by reference: an entry of reducerKindTable() (or one that
   // outlives the reducer). Throws c10::ValueError for a stepTime or duration

@@ -66,6 +66,15 @@ class TORCH_MONITOR_API History {
   // autograd, like inferno), else out of place (autograd flows through the
   // history) unless nothing could tell the difference.
   void push(const at::Tensor& state, bool inplace);
+  // The row push() writes next, for a caller that computes a state of
+  // `shape` (and the storage's dtype and device) straight into it: when
+  // nobody can observe the write (see push(); the storage is allocated on
+  // the first push), else an undefined tensor. advance() completes the push
+  // once the row is written.
+  at::Tensor nextRowToWrite(at::IntArrayRef shape);
+  void advance() noexcept {
+    next_ = next_ + 1 == size_ ? 0 : next_ + 1;
+  }
 
   // The storage row `back` steps behind next() (1 = newest, N = oldest),
   // wrapping around like Python's modulo for any integer.
@@ -94,8 +103,11 @@ class TORCH_MONITOR_API History {
 
  private:
   // Whether writing into storage_ in place is invisible to everyone: no view
-  // of it is alive and autograd does not track it.
+  // of it is alive and autograd does not track it (nor `incoming`).
   bool exclusivelyOwned(const at::Tensor& incoming) const;
+  bool storageUnshared() const;
+  // Allocates [N, *shape] filled with fill(), on the first push.
+  void allocate(at::IntArrayRef shape);
 
   at::Tensor storage_;
   int64_t size_;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -36,6 +37,19 @@ class TORCH_MONITOR_API Reducer {
       double tolerance = 1e-7) const = 0;
   // Back to the initial state; `keepshape` keeps the storage allocated.
   virtual void clear(bool keepshape = false) = 0;
+
+  // One step for a caller that can compute the state straight into the
+  // history: when the new state is the input as it is (a passthrough fold)
+  // and the history row it goes to can be written in place unobserved,
+  // runs `write(row)`, which fills that row with what forward({x}) would
+  // have been given for an `x` like `like` (same shape, dtype and device;
+  // it must not throw), records the step and returns true. Otherwise runs
+  // nothing and returns false: forward() is then the way. DifferenceMonitor
+  // subtracts into the row this way, saving a copy per step. The default
+  // returns false.
+  virtual bool forwardInto(
+      const at::Tensor& like,
+      const std::function<void(at::Tensor& row)>& write);
 };
 
 } // namespace torch_monitor

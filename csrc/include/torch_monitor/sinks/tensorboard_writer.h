@@ -84,15 +84,33 @@ class TORCH_MONITOR_API TensorBoardWriter final : public Sink {
       double value,
       std::optional<int64_t> step = std::nullopt,
       double wallTime = std::numeric_limits<double>::quiet_NaN());
+  // The same for a one-element real tensor (c10::ValueError / TypeError
+  // otherwise). A CPU tensor is read at the call. A tensor on another
+  // device is not waited for: its value is copied on the device, on the
+  // calling thread's current stream (one small op: a later in-place change
+  // of the tensor is not what is written), and read when the writer next
+  // writes, every such point of a write in one copy to the host. The step
+  // (given, else the training step) and the wall time are taken at the
+  // call; a tag's counter, when neither step exists, when it is written.
+  //   tb.addScalar("loss", loss);  // loss on a GPU: no synchronisation
+  void addScalar(
+      std::string_view tag,
+      const at::Tensor& value,
+      std::optional<int64_t> step = std::nullopt,
+      double wallTime = std::numeric_limits<double>::quiet_NaN());
 
   // Writes the histogram of `values` (any shape, real or bool dtype, any
   // device) as SummaryWriter.add_histogram does with its default buckets
   // (see computeHistogram in format/histogram.h, which also says what is thrown
   // for bad values). The bucketing runs on the tensor's device on the
-  // calling thread, with one copy of the result to the host; the record is
-  // then buffered and written in the background like a scalar. An omitted
-  // step is the training step (getStep()), else the tag's own counter 0, 1,
-  // 2, ... (see stepFor in the .cpp). Wall time as in addScalar.
+  // calling thread. A CPU tensor's histogram is then buffered and written
+  // in the background like a scalar. Another device's is read as a device
+  // tensor's addScalar value is, when the writer next writes, so the call
+  // never waits for the device; a tensor with no value inside the buckets'
+  // range is then reported as a warning at that write instead of thrown.
+  // An omitted step is the training step (getStep()), else the tag's own
+  // counter 0, 1, 2, ... (see stepFor in the .cpp). Wall time as in
+  // addScalar.
   //
   //   if (step % 100 == 0)
   //     if (auto d = monitor->reducer()->peek())

@@ -161,6 +161,14 @@ void BufferedFileWriter::wakeFlusher() {
   wake_.notify_one();
 }
 
+void BufferedFileWriter::requestFlush() {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    flushRequested_ = true;
+  }
+  wakeFlusher();
+}
+
 void BufferedFileWriter::reportDropped() {
   problems_.report(
       "dropped",
@@ -190,6 +198,9 @@ void BufferedFileWriter::reportForkedChild() {
 void BufferedFileWriter::flush() {
   if (torch_monitor::detail::forkGeneration() != generation_) {
     return;
+  }
+  if (layout_.beforeWrite) {
+    layout_.beforeWrite(/*closing=*/false);
   }
   std::lock_guard<std::mutex> io(ioMutex_);
   {
@@ -434,6 +445,12 @@ void BufferedFileWriter::close() {
     if (closed_) {
       return;
     }
+  }
+  if (layout_.beforeWrite) {
+    layout_.beforeWrite(/*closing=*/true); // while appends are still taken
+  }
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
     closed_ = true; // later appends are ignored
     stop_ = true;
   }

@@ -10,11 +10,12 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/aminmax.h>
-#include <ATen/ops/bincount.h>
 #include <ATen/ops/bucketize.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/dot.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/index_add.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
@@ -119,8 +120,8 @@ at::Tensor countBucketsOnCpu(const at::Tensor& values) {
   return threads == 1 ? partial[0] : partial.sum(0);
 }
 
-// bucketize + bincount on the tensor's device. (On CUDA, bincount reads its
-// input's range back to size its output: a second small synchronisation.)
+// bucketize + index_add_ on the tensor's device, with no host read (bincount
+// would read its input's range back to size its output).
 at::Tensor countBucketsWithTensorOps(const at::Tensor& values) {
   const std::vector<double>& edgeList = defaultHistogramEdges();
   const at::Tensor edges = edgesOnCpu().to(values.device());
@@ -136,9 +137,9 @@ at::Tensor countBucketsWithTensorOps(const at::Tensor& values) {
   const at::Tensor inside =
       values.ge(edgeList.front()).logical_and(values.le(edgeList.back()));
   index = at::where(inside, index, buckets);
-  return at::bincount(index, /*weights=*/{}, /*minlength=*/buckets + 1)
-      .narrow(0, 0, buckets)
-      .to(at::kDouble);
+  return at::zeros({buckets + 1}, values.options())
+      .index_add_(0, index, at::ones({1}, values.options()).expand_as(values))
+      .narrow(0, 0, buckets);
 }
 
 } // namespace detail
@@ -218,34 +219,40 @@ void mergeSummary(double* into, const double* part, int64_t buckets) {
 
 } // namespace
 
-Histogram computeHistogram(const at::Tensor& input) {
+at::Tensor histogramSummary(const at::Tensor& input) {
   checkValues(input);
   at::Tensor values = input.detach();
   if (values.device().is_mps()) {
     values = values.cpu(); // MPS has no float64
   }
+  if (!values.is_cpu()) {
+    // Queued on the device; the caller reads it once.
+    return summarise(values.reshape(-1).to(at::kDouble).contiguous());
+  }
+  // In chunks: a float64 copy of the whole tensor would double the memory
+  // that logging a large tensor needs (and materialise an expanded one).
+  const int64_t buckets =
+      static_cast<int64_t>(defaultHistogramEdges().size()) - 1;
+  at::Tensor summary;
+  forEachChunk(values, kHistogramChunk, [&](const at::Tensor& chunk) {
+    const at::Tensor part =
+        summarise(chunk.reshape(-1).to(at::kDouble).contiguous());
+    if (!summary.defined()) {
+      summary = part;
+    } else {
+      mergeSummary(
+          summary.mutable_data_ptr<double>(),
+          part.const_data_ptr<double>(),
+          buckets);
+    }
+  });
+  return summary;
+}
+
+Histogram histogramFromSummary(const double* summary, int64_t numel) {
   const std::vector<double>& edgeList = defaultHistogramEdges();
   const int64_t buckets = static_cast<int64_t>(edgeList.size()) - 1;
-  std::vector<double> summary;
-  const auto take = [&](const at::Tensor& part) {
-    const double* begin = part.const_data_ptr<double>();
-    if (summary.empty()) {
-      summary.assign(begin, begin + part.numel());
-    } else {
-      mergeSummary(summary.data(), begin, buckets);
-    }
-  };
-  if (values.is_cpu()) {
-    // In chunks: a float64 copy of the whole tensor would double the memory
-    // that logging a large tensor needs (and materialise an expanded one).
-    forEachChunk(values, kHistogramChunk, [&](const at::Tensor& chunk) {
-      take(summarise(chunk.reshape(-1).to(at::kDouble).contiguous()));
-    });
-  } else {
-    // One host read for the whole histogram.
-    take(summarise(values.reshape(-1).to(at::kDouble).contiguous()).cpu());
-  }
-  const double* data = summary.data();
+  const double* data = summary;
   const double* const countsEnd = data + buckets;
 
   const auto nonEmpty = [](double c) { return c != 0; };
@@ -268,7 +275,7 @@ Histogram computeHistogram(const at::Tensor& input) {
   Histogram h;
   h.min = countsEnd[0];
   h.max = countsEnd[1];
-  h.num = static_cast<double>(values.numel());
+  h.num = static_cast<double>(numel);
   h.sum = countsEnd[2];
   h.sumSquares = countsEnd[3];
   // TensorBoard keeps only upper limits; an empty bucket before the first
@@ -281,6 +288,11 @@ Histogram computeHistogram(const at::Tensor& input) {
     h.bucketCounts.push_back(i < 0 ? 0.0 : data[i]);
   }
   return h;
+}
+
+Histogram computeHistogram(const at::Tensor& values) {
+  const at::Tensor host = histogramSummary(values).cpu(); // the one host read
+  return histogramFromSummary(host.const_data_ptr<double>(), values.numel());
 }
 
 } // namespace torch_monitor::sinks

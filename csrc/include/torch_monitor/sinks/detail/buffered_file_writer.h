@@ -40,6 +40,12 @@ struct FileLayout {
   bool exclusive = false;
   // Truncate the first file opened (a JSON Lines file with append=false).
   bool truncateFirst = false;
+  // Called before each write of the buffer (on the flusher thread or the
+  // thread calling flush() or close(), without the writer's locks) so that
+  // a format can append() records it could not encode when they were
+  // offered (TensorBoardWriter reads device values there); `closing` on the
+  // last call, from close(). May be empty.
+  std::function<void(bool closing)> beforeWrite;
 };
 
 // Flush interval and memory bound; a plain value.
@@ -132,6 +138,8 @@ class TORCH_MONITOR_API BufferedFileWriter {
 
   // Writes everything appended so far, on the calling thread.
   void flush();
+  // Asks the flusher thread to write now instead of at its next interval.
+  void requestFlush();
   // Flushes, stops the flusher thread and closes the file. Idempotent.
   void close();
 

@@ -5,6 +5,7 @@
 // (bins="tensorflow"), so that one tensor gives the same HistogramProto from
 // either writer.
 
+#include <cstdint>
 #include <vector>
 
 #include <torch_monitor/export.h>
@@ -52,6 +53,20 @@ TORCH_MONITOR_API const std::vector<double>& defaultHistogramEdges();
 // edges (SummaryWriter raises ValueError for both).
 // Thread safety: a pure function; safe to call from any thread.
 TORCH_MONITOR_API Histogram computeHistogram(const at::Tensor& values);
+
+// computeHistogram in two halves, for a caller that reads the device later
+// (TensorBoardWriter defers the read of a device tensor's histogram to its
+// next write). histogramSummary checks `values` (the TypeError and the
+// empty-tensor ValueError above) and queues the bucketing on its device,
+// reading nothing back: a 1-D float64 tensor of the default buckets'
+// counts, then min, max, sum and sum of squares. histogramFromSummary makes
+// the Histogram from that summary read to the host, for a tensor of `numel`
+// elements (the ValueError for no value inside the edges).
+// Thread safety: pure functions; safe to call from any thread.
+TORCH_MONITOR_API at::Tensor histogramSummary(const at::Tensor& values);
+TORCH_MONITOR_API Histogram histogramFromSummary(
+    const double* summary,
+    int64_t numel);
 
 namespace detail {
 // computeHistogram's two ways to count a contiguous 1-D float64 tensor into
