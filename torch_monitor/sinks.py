@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 _STAT_EVENT = "torch.monitor.Stat"
+_WATCH_EVENT = "torch_monitor.Watch"
 _DEFAULT_BUFFER = 32 << 20
 
 Seconds = Union[float, int, datetime.timedelta]
@@ -126,7 +127,8 @@ class TensorBoardWriter(_C._TensorBoardWriter):
 
     Creates ``log_dir`` and an ``events.out.tfevents.<time>.<host>.<pid>.<n>``
     file in it. For each accepted event (by default the ``"torch.monitor.Stat"``
-    events a ``Stat`` logs when its window closes) every numeric value becomes a
+    events a ``Stat`` logs when its window closes, and the
+    ``"torch_monitor.Watch"`` events of ``watch()``) every numeric value becomes a
     scalar: the data key is the tag, the event's timestamp the wall time, and the
     step a per-tag counter 0, 1, 2, ... (or the event's ``step_key`` value).
     ints and floats are written as float32 (TensorBoard's ``simple_value``),
@@ -172,7 +174,7 @@ class TensorBoardWriter(_C._TensorBoardWriter):
         *,
         flush_interval: Seconds = 1.0,
         max_buffer_bytes: int = _DEFAULT_BUFFER,
-        event_names: EventNames = (_STAT_EVENT,),
+        event_names: EventNames = (_STAT_EVENT, _WATCH_EVENT),
         step_key: Optional[str] = None,
         ranks: str = "separate",
     ) -> None:

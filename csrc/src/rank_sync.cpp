@@ -92,15 +92,17 @@ void dispatchLogged(const Event& event) noexcept {
 struct Outgoing {
   std::shared_ptr<const RankGroup> group;
   std::string prefix; // "torch_monitor/<stat>/<window>/"; keys add the rank
+  std::string stream; // "torch_monitor/<stat>/": the windows kept in order
   std::vector<uint8_t> share;
-  MergedEventBuilder build; // the root's only
+  MergedPayloadBuilder build; // the root's only
 };
 
 // A window the root merges once every rank posted, or at its deadline.
 struct Merge {
   std::shared_ptr<const RankGroup> group;
   std::string prefix;
-  MergedEventBuilder build;
+  std::string stream;
+  MergedPayloadBuilder build;
   SteadyClock::time_point deadline;
 };
 
@@ -245,20 +247,35 @@ struct RankSync {
       merges.push_back(Merge{
           std::move(out.group),
           std::move(out.prefix),
+          std::move(out.stream),
           std::move(out.build),
           deadline});
     }
   }
 
-  // Merges every window whose ranks all posted or whose deadline passed.
+  // Merges every window whose ranks all posted or whose deadline passed,
+  // in order within each stream: a window waits while an earlier window of
+  // its Stat (or watch) is still waiting, even when its own ranks are all
+  // there, so that the merged points of one tag reach the sinks in step
+  // order. (A rank's first window of a Stat comes without empty markers for
+  // the windows before it, so a later window can be complete while an
+  // earlier one waits for its deadline.) `merges` holds each stream's
+  // windows in the order they were posted, which is window order.
   static void pollMerges(
       std::vector<Merge>& merges,
       std::vector<Leftover>& leftovers) {
     const auto now = SteadyClock::now();
+    std::vector<const Merge*> waiting; // the first waiting window per stream
+    auto blocked = [&](const Merge& m) {
+      return std::any_of(waiting.begin(), waiting.end(), [&](const Merge* w) {
+        return w->group == m.group && w->stream == m.stream;
+      });
+    };
     for (auto it = merges.begin(); it != merges.end();) {
-      if (tryMerge(*it, now >= it->deadline, leftovers)) {
+      if (!blocked(*it) && tryMerge(*it, now >= it->deadline, leftovers)) {
         it = merges.erase(it);
       } else {
+        waiting.push_back(&*it);
         ++it;
       }
     }
@@ -288,12 +305,6 @@ struct RankSync {
         }
       }
       const auto values = group.store->multiGet(present);
-      std::vector<RankShare> shares;
-      for (const auto& bytes : values) {
-        if (auto share = decode(bytes)) {
-          shares.push_back(*share);
-        }
-      }
       for (const std::string& key : present) {
         group.store->deleteKey(key);
       }
@@ -303,9 +314,9 @@ struct RankSync {
             std::move(missing),
             SteadyClock::now() + kLeftoverDeadlines * group.deadline});
       }
-      if (!shares.empty()) {
-        if (auto event = merge.build(shares)) {
-          dispatchLogged(*event);
+      if (!values.empty()) {
+        for (const Event& event : merge.build(values)) {
+          dispatchLogged(event);
         }
       }
     } catch (const std::exception& e) {
@@ -385,12 +396,13 @@ void disableRankSync(const void* stat) noexcept {
   s.stats.erase(stat);
 }
 
-bool postRankWindow(
+bool postRankPayload(
     const void* stat,
     const std::string& name,
     int64_t index,
-    const RankShare& share,
-    MergedEventBuilder build) {
+    std::vector<uint8_t> payload,
+    std::vector<uint8_t> emptyMarker,
+    MergedPayloadBuilder build) {
   RankSync& s = RankSync::get();
   std::lock_guard<std::mutex> guard(s.mutex);
   const auto found = s.stats.find(stat);
@@ -446,13 +458,43 @@ bool postRankWindow(
     s.queue.push_back(Outgoing{
         group,
         statPrefix + std::to_string(i) + "/",
-        encode(i == index ? share : RankShare()),
-        root ? build : MergedEventBuilder()});
+        statPrefix,
+        i == index ? std::move(payload) : emptyMarker,
+        root ? build : MergedPayloadBuilder()});
   }
   synced.lastIndex = index;
   synced.posted = true;
   s.wake.notify_all();
   return true;
+}
+
+bool postRankWindow(
+    const void* stat,
+    const std::string& name,
+    int64_t index,
+    const RankShare& share,
+    MergedEventBuilder build) {
+  MergedPayloadBuilder merge;
+  if (build) {
+    merge = [build = std::move(build)](
+                const std::vector<std::vector<uint8_t>>& values) {
+      std::vector<RankShare> shares;
+      for (const auto& bytes : values) {
+        if (auto decoded = decode(bytes)) {
+          shares.push_back(*decoded);
+        }
+      }
+      std::vector<Event> events;
+      if (!shares.empty()) {
+        if (auto event = build(shares)) {
+          events.push_back(std::move(*event));
+        }
+      }
+      return events;
+    };
+  }
+  return postRankPayload(
+      stat, name, index, encode(share), encode(RankShare()), std::move(merge));
 }
 
 } // namespace detail

@@ -486,7 +486,9 @@ std::optional<Event> Stat<T>::eventOf(const ClosedWindow& closed) const {
       }
       Event event = eventOfWindow(name, enabled, merged);
       event.step = step;
-      event.data.emplace("ranks", int64_t(shares.size()));
+      // Keyed by the Stat, like its aggregates: one TensorBoard tag (and
+      // Prometheus sample) per synced Stat, not one "ranks" shared by all.
+      event.data.emplace(name + ".ranks", int64_t(shares.size()));
       return event;
     };
     const auto share = detail::RankShare::of(closed.values, getStep());

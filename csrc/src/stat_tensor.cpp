@@ -13,12 +13,15 @@
 
 namespace torch_monitor {
 namespace {
-std::atomic<bool> cpuTensorsTakeDevicePath{false};
+std::atomic<bool> cpuTensorsOnDevicePath{false};
 } // namespace
 
 namespace test_hooks {
 void setCpuTensorsTakeDevicePath(bool on) noexcept {
-  cpuTensorsTakeDevicePath.store(on, std::memory_order_relaxed);
+  cpuTensorsOnDevicePath.store(on, std::memory_order_relaxed);
+}
+bool cpuTensorsTakeDevicePath() noexcept {
+  return cpuTensorsOnDevicePath.load(std::memory_order_relaxed);
 }
 } // namespace test_hooks
 
@@ -45,7 +48,7 @@ void Stat<T>::add(const at::Tensor& values) {
     return;
   }
   const bool onDevice = !values.device().is_cpu() ||
-      cpuTensorsTakeDevicePath.load(std::memory_order_relaxed);
+      cpuTensorsOnDevicePath.load(std::memory_order_relaxed);
   if (onDevice && !capped_) {
     addOnDevice(values.detach());
     return;

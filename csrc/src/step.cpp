@@ -1,11 +1,89 @@
 #include <torch_monitor/step.h>
 
+#include <algorithm>
+#include <exception>
+#include <mutex>
+#include <vector>
+
 #include <c10/util/Exception.h>
 
 namespace torch_monitor {
 
 namespace detail {
 std::atomic<int64_t> trainingStep{kNoStep};
+
+namespace {
+
+using Listeners = std::vector<std::shared_ptr<StepListener>>;
+
+// Copy-on-write: setStep() tells the list it found, outside the lock, so a
+// listener may set the step, log events (whose handlers may add or remove
+// listeners) without deadlocking.
+struct StepListenerRegistry {
+  std::mutex mutex;
+  std::shared_ptr<const Listeners> listeners;
+  std::atomic<bool> any{false};
+
+  // Never destroyed: a watch may be removed during static destruction.
+  static StepListenerRegistry& get() {
+    static auto* registry = new StepListenerRegistry();
+    return *registry;
+  }
+};
+
+void tellStepListeners(int64_t step) {
+  StepListenerRegistry& r = StepListenerRegistry::get();
+  std::shared_ptr<const Listeners> listeners;
+  {
+    std::lock_guard<std::mutex> guard(r.mutex);
+    listeners = r.listeners;
+  }
+  if (!listeners) {
+    return;
+  }
+  std::exception_ptr first;
+  for (const auto& listener : *listeners) {
+    try {
+      listener->onStep(step);
+    } catch (...) {
+      if (!first) {
+        first = std::current_exception();
+      }
+    }
+  }
+  if (first) {
+    std::rethrow_exception(first);
+  }
+}
+
+} // namespace
+
+void addStepListener(std::shared_ptr<StepListener> listener) {
+  StepListenerRegistry& r = StepListenerRegistry::get();
+  std::lock_guard<std::mutex> guard(r.mutex);
+  auto next = r.listeners ? std::make_shared<Listeners>(*r.listeners)
+                          : std::make_shared<Listeners>();
+  next->push_back(std::move(listener));
+  r.listeners = std::move(next);
+  r.any.store(true, std::memory_order_release);
+}
+
+void removeStepListener(const StepListener* listener) noexcept {
+  StepListenerRegistry& r = StepListenerRegistry::get();
+  std::lock_guard<std::mutex> guard(r.mutex);
+  if (!r.listeners) {
+    return;
+  }
+  auto next = std::make_shared<Listeners>();
+  for (const auto& l : *r.listeners) {
+    if (l.get() != listener) {
+      next->push_back(l);
+    }
+  }
+  r.any.store(!next->empty(), std::memory_order_release);
+  r.listeners = next->empty() ? nullptr : std::move(next);
+}
+
 } // namespace detail
 
 void checkStep(int64_t step, std::string_view what) {
@@ -20,6 +98,9 @@ void checkStep(int64_t step, std::string_view what) {
 void setStep(int64_t step) {
   checkStep(step, "the training step");
   detail::trainingStep.store(step, std::memory_order_relaxed);
+  if (detail::StepListenerRegistry::get().any.load(std::memory_order_acquire)) {
+    detail::tellStepListeners(step);
+  }
 }
 
 void clearStep() noexcept {

@@ -195,8 +195,8 @@ class TORCH_MONITOR_API Stat : private detail::LiveStat {
   // Merges this Stat's windows across the ranks of `group` (nullptr: the
   // process default group, see rank_sync.h) from now on: each closed window
   // is posted to the group's Store instead of being logged here, and the
-  // root (rank 0) logs the window of all ranks, with the data key "ranks"
-  // (how many ranks it covers). get() keeps this rank's own last window.
+  // root (rank 0) logs the window of all ranks, with the data key
+  // "<name>.ranks" (how many ranks it covers), in window order. get() keeps this rank's own last window.
   // Call it before the first window closes; the Stat's name must be unique
   // among the group's synced Stats. Windows are matched by index: exact for
   // step windows, by wall-clock time for time windows. See
@@ -413,6 +413,8 @@ namespace test_hooks {
 // summaries kept as tensors until the window closes), so that tests on a
 // machine without an accelerator cover it. Process-wide.
 TORCH_MONITOR_API void setCpuTensorsTakeDevicePath(bool on) noexcept;
+// Whether it is on (watch/recorder.cpp follows it too).
+TORCH_MONITOR_API bool cpuTensorsTakeDevicePath() noexcept;
 } // namespace test_hooks
 
 extern template class Stat<double>;

@@ -236,14 +236,16 @@ void registerTensorBoardWriter(torch::Library& m) {
   cls.def(
       torch::init(&makeTensorBoardWriter),
       "TensorBoardWriter(log_dir, flush_interval=1.0, max_buffer_bytes=32 MiB, "
-      "event_names=['torch.monitor.Stat'] ([]: every event), step_key='', "
+      "event_names=['torch.monitor.Stat', 'torch_monitor.Watch'] ([]: every "
+      "event), step_key='', "
       "ranks='separate' (distributed: a rank<r> folder per rank; 'zero': "
       "rank 0 only))",
       {torch::arg("log_dir"),
        torch::arg("flush_interval") = 1.0,
        torch::arg("max_buffer_bytes") = int64_t(32) << 20,
        torch::arg("event_names") =
-           c10::IValue(c10::List<std::string>({std::string(kStatEventName)})),
+           c10::IValue(c10::List<std::string>(
+               {std::string(kStatEventName), std::string(kWatchEventName)})),
        torch::arg("step_key") = std::string(),
        torch::arg("ranks") = std::string("separate")});
   defineSinkMethods(cls)

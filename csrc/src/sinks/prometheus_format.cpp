@@ -170,8 +170,12 @@ Labels checkedLabels(const std::map<std::string, std::string>& labels) {
   return out; // sorted by name
 }
 
+bool isWindowEvent(const Event& event) {
+  return event.name == kStatEventName || event.name == kWatchEventName;
+}
+
 void Snapshot::update(const Event& event) {
-  if (event.name != kStatEventName) {
+  if (!isWindowEvent(event)) {
     return;
   }
   // One event is one closed window of each Stat it names: the new windows

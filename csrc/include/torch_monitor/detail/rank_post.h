@@ -74,6 +74,12 @@ struct RankShare {
 using MergedEventBuilder =
     std::function<std::optional<Event>(const std::vector<RankShare>&)>;
 
+// The same for a window posted as bytes of the poster's own format
+// (postRankPayload): the values of the ranks that arrived, ascending rank
+// order, an empty marker as posted; the events to log (any number).
+using MergedPayloadBuilder = std::function<std::vector<Event>(
+    const std::vector<std::vector<uint8_t>>&)>;
+
 // The rank sync thread: posts windows of synced Stats to their group's
 // Store and, on the root, merges and logs them (see rank_sync.h and
 // docs/distributed.md). Thread safety: every function may be called from
@@ -96,5 +102,21 @@ TORCH_MONITOR_API bool postRankWindow(
     int64_t index,
     const RankShare& share,
     MergedEventBuilder build);
+
+// postRankWindow for any owner of windows (a watch posts all its keys'
+// rows as one payload): `payload` is this rank's window, `emptyMarker` what
+// is posted for the windows it skipped. `owner` must have been enabled with
+// enableRankSync, and `name` be unique among the group's synced owners. The
+// root merges each owner's windows in order: a window is logged only after
+// every earlier window of the same owner was (merged or given up at its
+// deadline), so the merged points of one stream reach the sinks in step
+// order.
+TORCH_MONITOR_API bool postRankPayload(
+    const void* owner,
+    const std::string& name,
+    int64_t index,
+    std::vector<uint8_t> payload,
+    std::vector<uint8_t> emptyMarker,
+    MergedPayloadBuilder build);
 
 } // namespace torch_monitor::detail
