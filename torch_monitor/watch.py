@@ -320,6 +320,11 @@ def watch(
             raise ValueError(
                 "watch: histograms_every needs writer=, a torch_monitor.TensorBoardWriter to write them to"
             )
+        if not isinstance(writer, torch.ScriptObject):
+            raise TypeError(
+                "watch: writer must be a torch_monitor.TensorBoardWriter (histograms go to its "
+                f"event file), got {type(writer).__name__}"
+            )
     elif writer is not None:
         raise ValueError(
             "watch: writer= is where histograms go: give histograms_every=k too "

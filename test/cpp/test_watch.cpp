@@ -136,10 +136,10 @@ void trainAndCheck(int64_t steps, int64_t window, double tol) {
   // own (registered after the watch's, removed at the end).
   std::vector<std::map<std::string, Oracle>> windows(1);
   int64_t current = 0;
-  std::vector<ScopedHook> hooks;
+  std::vector<nn::HookHandle> hooks; // removed at the end (the registry is global)
   for (const auto& [path, module] : std::vector<std::pair<std::string, torch::nn::Module*>>{
            {"fc1", net->fc1.get()}, {"fc2", net->fc2.get()}}) {
-    hooks.push_back(ScopedHook{nn::registerForwardHook(
+    hooks.push_back(nn::registerForwardHook(
         *module,
         [&, path = path](torch::nn::Module&, const nn::ForwardArgs&, nn::ForwardOutput& out) {
           const torch::Tensor y = out.get<torch::Tensor>();
@@ -147,7 +147,7 @@ void trainAndCheck(int64_t steps, int64_t window, double tol) {
           y.register_hook([&, path](const torch::Tensor& g) {
             windows.back()[path + ".output_grad"].add(g.clone(), current);
           });
-        })});
+        }));
   }
   torch::Tensor x = torch::randn({8, 4});
   torch::Tensor target = torch::randn({8, 2});
@@ -171,6 +171,9 @@ void trainAndCheck(int64_t steps, int64_t window, double tol) {
     }
   }
   watch.remove(); // logs the last window
+  for (auto& hook : hooks) {
+    hook.remove();
+  }
   const auto events = recorder->eventsNamed(kWatchEventName);
   ASSERT_EQ(events.size(), windows.size());
   for (size_t w = 0; w < windows.size(); ++w) {

@@ -166,7 +166,7 @@ void registerWatch(torch::Library& m) {
   // serialises observations with window closes and writes histograms.
   m.def(
       "watch_observe_(Tensor(a!) slots, Tensor gate, Tensor[] values, "
-      "int[] keys, Tensor[] before=[], int watch=0) -> ()");
+      "int[] keys, Tensor[] before, int watch) -> ()");
   m.impl(
       "watch_observe_",
       c10::DispatchKey::CompositeExplicitAutograd,

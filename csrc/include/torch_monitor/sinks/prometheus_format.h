@@ -90,6 +90,7 @@ class TORCH_MONITOR_API Snapshot {
     std::map<std::string, std::variant<double, int64_t>> values;
     bool hasCount = false;
     int64_t countTotal = 0; // COUNT summed over all windows
+    bool watch = false; // a watch's key ("<path>.<kind>"), not a Stat
   };
   mutable std::mutex mutex_;
   // By Stat name, so that the output is sorted.
