@@ -347,7 +347,7 @@ Recorder::~Recorder() {
       {
         std::lock_guard<std::mutex> guard(mutex_);
         removed_ = true;
-        closed = closeLocked(currentStep());
+        closed = closeLocked(currentStep(), /*onlyIfObserved=*/true);
       }
       if (closed) {
         publish(std::move(*closed));
@@ -458,9 +458,13 @@ void Recorder::optimizerStepped() {
 }
 
 std::optional<Recorder::Closed> Recorder::closeLocked(
-    std::optional<int64_t> eventStep) {
+    std::optional<int64_t> eventStep,
+    bool onlyIfObserved) {
   Closed c;
-  {
+  c.step = eventStep;
+  const bool read = observedSinceClose_ || (deviceUsed_ && !onlyIfObserved);
+  observedSinceClose_ = false;
+  if (read) {
     // The one host read of the window, on the stream that wrote last; the
     // reset is queued behind it there.
     std::optional<c10::StreamGuard> onWriter;
@@ -471,7 +475,6 @@ std::optional<Recorder::Closed> Recorder::closeLocked(
     c.rows = slots_.is_cpu() ? slots_.clone() : slots_.to(at::kCPU);
     resetSlots(slots_);
   }
-  c.step = eventStep;
   if (options_.windowSteps > 0) {
     c.index = windowIndex_;
   } else {
@@ -489,16 +492,23 @@ std::optional<Recorder::Closed> Recorder::closeLocked(
 }
 
 void Recorder::publish(Closed c) {
-  const double* rows = c.rows.const_data_ptr<double>();
+  // Nothing observed: nothing to log here, and an empty marker for the ranks
+  // (rank 0 still merges the window: other ranks may have observed).
+  const bool empty = !c.rows.defined();
+  const double* rows = empty ? nullptr : c.rows.const_data_ptr<double>();
   if (options_.syncRanks) {
-    Payload p;
-    p.layoutHash = layoutHash_;
-    p.step = c.step.value_or(-1);
-    p.hasMemory = !c.memory.empty();
-    for (size_t i = 0; i < c.memory.size() && i < kMemoryStats; ++i) {
-      p.memory[i] = c.memory[i].second;
+    std::vector<uint8_t> payload = emptyMarker();
+    if (!empty) {
+      Payload p;
+      p.layoutHash = layoutHash_;
+      p.step = c.step.value_or(-1);
+      p.hasMemory = !c.memory.empty();
+      for (size_t i = 0; i < c.memory.size() && i < kMemoryStats; ++i) {
+        p.memory[i] = c.memory[i].second;
+      }
+      p.rows.assign(rows, rows + c.rows.numel());
+      payload = encode(p);
     }
-    p.rows.assign(rows, rows + c.rows.numel());
     // Merged on the rank sync thread from copies: this recorder may be
     // gone by then.
     detail::MergedPayloadBuilder merge =
@@ -514,7 +524,7 @@ void Recorder::publish(Closed c) {
           for (const auto& bytes : values) {
             const auto share = decode(bytes);
             if (!share) {
-              continue; // an empty marker: the rank had no such window
+              continue; // an empty marker: the rank observed nothing
             }
             if (share->layoutHash != hash ||
                 share->rows.size() != merged.size()) {
@@ -559,13 +569,15 @@ void Recorder::publish(Closed c) {
             this,
             syncName_,
             c.index,
-            encode(p),
+            std::move(payload),
             emptyMarker(),
             std::move(merge))) {
       return;
     }
   }
-  dispatchAll(eventsOf(keys_, rows, c.step, c.memory, std::nullopt));
+  if (!empty) {
+    dispatchAll(eventsOf(keys_, rows, c.step, c.memory, std::nullopt));
+  }
 }
 
 void Recorder::close() {
@@ -703,6 +715,7 @@ void Recorder::observe(
         if (gateValue >= 0.0) {
           observeOnHost(
               slots.data_ptr<double>() + key * kColumns, x, b, gateValue);
+          observedSinceClose_ = true;
         }
         continue;
       }
@@ -717,6 +730,8 @@ void Recorder::observe(
           "for the device at every step. Call watch() after model.to(device)");
       rows.push_back(rowOnDevice(x, b).to(slots.device(), /*non_blocking=*/true));
       rowKeys.push_back(key);
+      observedSinceClose_ = true;
+      deviceUsed_ = true;
     }
     if (!rows.empty()) {
       const at::Tensor stacked = at::stack(rows);

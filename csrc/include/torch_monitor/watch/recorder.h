@@ -70,6 +70,7 @@ struct RecorderOptions {
 };
 
 // One key: "<path>.<kind>", e.g. "fc1.weight.grad" or "fc1.output".
+// Thread safety: a plain value.
 struct Key {
   std::string path;
   Kind kind;
@@ -168,7 +169,14 @@ class TORCH_MONITOR_API Recorder
   struct StepListener;
   void startLocked(int64_t step);
   void setGateLocked(int64_t step);
-  std::optional<Closed> closeLocked(std::optional<int64_t> eventStep);
+  // Reads and resets the slots, unless nothing can have been observed
+  // since the last close (then the window is empty and nothing is read).
+  // `onlyIfObserved`: also skip the read when the device path was used but
+  // observe() was not called since (the destructor: at exit, a device may
+  // already be gone).
+  std::optional<Closed> closeLocked(
+      std::optional<int64_t> eventStep,
+      bool onlyIfObserved = false);
   void publish(Closed closed);
   void writeHistograms(
       at::TensorList values,
@@ -191,6 +199,11 @@ class TORCH_MONITOR_API Recorder
   int64_t windowIndex_ = 0; // the open window: step / windowSteps, or time
   int64_t windowEndMs_ = 0; // time windows: end of the open one
   std::vector<int64_t> histogramStep_; // per key: last step written
+  // Whether anything was observed since the last close. A graph captured
+  // for replay (CUDA graphs) observes without calling observe(), so once the
+  // device path was used (deviceUsed_) every close reads the slots.
+  bool observedSinceClose_ = false;
+  bool deviceUsed_ = false;
   bool removed_ = false;
 };
 
