@@ -600,6 +600,23 @@ def test_compiled_forward_has_no_graph_break_no_recompile_and_eager_statistics(b
             assert c.data[key] == pytest.approx(e.data[key], rel=1e-5, abs=1e-6), key
 
 
+def test_the_op_passes_opcheck(path):
+    """torch.library.opcheck: the schema declares what the op mutates (the
+    slots, not the gate or the values), the Meta kernel serves as its fake,
+    and AOT dispatch (functionalised, the slots a mutated input) gives what
+    eager gives."""
+    model = MLP()
+    w = tm.watch(model, what="output", window_steps=100)
+    try:
+        for values, keys in [([torch.randn(5, 3)], [0]), ([torch.randn(4), torch.randn(2, 2)], [1, 2])]:
+            torch.library.opcheck(
+                torch.ops.torch_monitor.watch_observe_.default,
+                (w._slots, w._gate, values, keys, [], w._id),
+            )
+    finally:
+        w.remove()
+
+
 def test_compiled_graph_holds_the_op_once_per_observation():
     import torch._dynamo
 
