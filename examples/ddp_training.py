@@ -109,7 +109,7 @@ def report(memory, exporter):
     print(f"{'step':>6} {'ranks':>5} {'loss mean':>10} {'loss max':>9} {'steps':>6} {'step ms max':>11}")
     for step, data in sorted(windows.items()):
         print(
-            f"{step:>6} {data['ranks']:>5} {data['loss.mean']:>10.4f} {data['loss.max']:>9.4f}"
+            f"{step:>6} {data['loss.ranks']:>5} {data['loss.mean']:>10.4f} {data['loss.max']:>9.4f}"
             f" {int(data['step_ms.count']):>6} {data['step_ms.max']:>11.2f}"
         )
     with urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics", timeout=5) as reply:

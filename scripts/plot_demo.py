@@ -18,12 +18,12 @@ from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E4
 
 PANELS = [
     ("loss", ["loss.mean", "loss.min", "loss.max"]),
-    ("gradient norm", ["grad_norm.mean", "grad_norm.max"]),
-    ("layer 0 update ratio ||dW||/||W||", ["update_ratio.mean", "update_ratio.max"]),
+    ("gradient norm (watch)", ["0.weight.grad.norm", "2.weight.grad.norm"]),
+    ("update ratio ||dW||/||W|| (watch)", ["0.weight.update.ratio", "2.weight.update.ratio"]),
 ]
 
 
-HISTOGRAM = "update/layer0.weight"
+HISTOGRAM = "0.weight.update"
 
 
 def plot_histograms(axis, events):

@@ -158,6 +158,10 @@ _UNTRACEABLE_OPS = {"torch_monitor::get_step": _get_step_fake}
 # like the classes' fakes; the C++ definition names this module
 # (m.set_python_module).
 for _schema in _internals.library_op_schemas("torch_monitor") or ():
+    if _schema.is_mutable:
+        # watch_observe_: it mutates its slots argument, which keeps it in
+        # graphs and orders it there, and its C++ Meta kernel is its fake.
+        continue
     if _schema.name in _UNTRACEABLE_OPS:
         torch.library.register_fake(_schema.name)(_UNTRACEABLE_OPS[_schema.name])
         continue

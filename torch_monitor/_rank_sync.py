@@ -18,7 +18,7 @@ def set_rank_sync_deadline(seconds: float) -> None:
 
     Applies to Stats created with ``sync_ranks`` from now on (default 5 s).
     A window is then merged from the ranks that arrived; its event's
-    ``"ranks"`` says how many.
+    ``"<name>.ranks"`` says how many.
     """
     global _deadline_seconds
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (

@@ -19,6 +19,7 @@ __all__ = ["TensorboardEventHandler"]
 # ``torch.monitor.STAT_EVENT``; repeated here so this module has no import-time
 # dependency on the C++ extension.
 _STAT_EVENT = "torch.monitor.Stat"
+_WATCH_EVENT = "torch_monitor.Watch"
 
 
 class TensorboardEventHandler:
@@ -39,8 +40,9 @@ class TensorboardEventHandler:
     ``torch_monitor.TensorBoardWriter`` does this by itself (docs/sinks.md,
     "Rank-aware sinks").
 
-    For every accepted event (by default only those named ``"torch.monitor.Stat"``,
-    which ``Stat`` logs when a window closes) each entry of ``event.data`` becomes
+    For every accepted event (by default those named ``"torch.monitor.Stat"``,
+    which ``Stat`` logs when a window closes, and ``"torch_monitor.Watch"``,
+    which ``watch()`` logs) each entry of ``event.data`` becomes
     one scalar point: the key is the tag (e.g. ``"loss.mean"``), the event's
     timestamp is the wall time. Events with any other name are ignored unless
     listed in ``event_names``.
@@ -84,8 +86,8 @@ class TensorboardEventHandler:
             compatible ``add_scalar(tag, value, global_step=, walltime=)``.
         step: ``None`` for the event's step, else per-tag counters; or a
             zero-argument callable returning the step (keyword-only).
-        event_names: names of the events to write (keyword-only); default only
-            ``"torch.monitor.Stat"``. Data keys are used as tags unchanged for
+        event_names: names of the events to write (keyword-only); default
+            ``"torch.monitor.Stat"`` and ``"torch_monitor.Watch"``. Data keys are used as tags unchanged for
             every accepted event, so events sharing a key share a curve.
 
     Thread safety: one handler may be called from several threads at once; the
@@ -99,7 +101,7 @@ class TensorboardEventHandler:
         writer: Any,
         *,
         step: Optional[Callable[[], int]] = None,
-        event_names: Iterable[str] = (_STAT_EVENT,),
+        event_names: Iterable[str] = (_STAT_EVENT, _WATCH_EVENT),
     ) -> None:
         if step is not None and not callable(step):
             raise TypeError(

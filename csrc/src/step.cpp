@@ -1,16 +1,97 @@
 #include <torch_monitor/step.h>
 
+#include <algorithm>
 #include <exception>
+#include <mutex>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
-#include <torch_monitor/detail/live_stats.h>
 #include <torch_monitor/detail/text.h>
 
 namespace torch_monitor {
 
 namespace detail {
 std::atomic<int64_t> trainingStep{kNoStep};
+
+namespace {
+
+using Listeners = std::vector<std::shared_ptr<StepListener>>;
+
+// Copy-on-write: setStep() tells the list it found, outside the lock, so a
+// listener may set the step, log events (whose handlers may add or remove
+// listeners) without deadlocking.
+struct StepListenerRegistry {
+  std::mutex mutex;
+  std::shared_ptr<const Listeners> listeners;
+  std::atomic<bool> any{false};
+
+  // Never destroyed: a watch may be removed during static destruction.
+  static StepListenerRegistry& get() {
+    static auto* registry = new StepListenerRegistry();
+    return *registry;
+  }
+};
+
+// Calls tell(listener) for each listener, then rethrows the first
+// exception.
+template <typename F>
+void tellStepListeners(const F& tell) {
+  StepListenerRegistry& r = StepListenerRegistry::get();
+  if (!r.any.load(std::memory_order_acquire)) {
+    return;
+  }
+  std::shared_ptr<const Listeners> listeners;
+  {
+    std::lock_guard<std::mutex> guard(r.mutex);
+    listeners = r.listeners;
+  }
+  if (!listeners) {
+    return;
+  }
+  std::exception_ptr first;
+  for (const auto& listener : *listeners) {
+    try {
+      tell(*listener);
+    } catch (...) {
+      if (!first) {
+        first = std::current_exception();
+      }
+    }
+  }
+  if (first) {
+    std::rethrow_exception(first);
+  }
+}
+
+} // namespace
+
+void addStepListener(std::shared_ptr<StepListener> listener) {
+  StepListenerRegistry& r = StepListenerRegistry::get();
+  std::lock_guard<std::mutex> guard(r.mutex);
+  auto next = r.listeners ? std::make_shared<Listeners>(*r.listeners)
+                          : std::make_shared<Listeners>();
+  next->push_back(std::move(listener));
+  r.listeners = std::move(next);
+  r.any.store(true, std::memory_order_release);
+}
+
+void removeStepListener(const StepListener* listener) noexcept {
+  StepListenerRegistry& r = StepListenerRegistry::get();
+  std::lock_guard<std::mutex> guard(r.mutex);
+  if (!r.listeners) {
+    return;
+  }
+  auto next = std::make_shared<Listeners>();
+  for (const auto& l : *r.listeners) {
+    if (l.get() != listener) {
+      next->push_back(l);
+    }
+  }
+  r.any.store(!next->empty(), std::memory_order_release);
+  r.listeners = next->empty() ? nullptr : std::move(next);
+}
+
 } // namespace detail
 
 void checkStep(int64_t step, std::string_view what) {
@@ -28,9 +109,13 @@ void setStep(int64_t step) {
   // Stored first: an add() racing with the step change then reads the new
   // step and opens its new window (rather than refilling the old one).
   detail::trainingStep.store(step, std::memory_order_relaxed);
-  if (previous && step < *previous) {
-    detail::stepWentBack(step, previous);
-  }
+  const bool wentBack = previous && step < *previous;
+  detail::tellStepListeners([&](detail::StepListener& listener) {
+    if (wentBack) {
+      listener.onStepWentBack(step, *previous);
+    }
+    listener.onStep(step);
+  });
 }
 
 void clearStep() noexcept {
@@ -38,7 +123,10 @@ void clearStep() noexcept {
   detail::trainingStep.store(detail::kNoStep, std::memory_order_relaxed);
   if (previous && *previous > 0) {
     try {
-      detail::stepWentBack(0, previous); // step windows read 0 now
+      // Step windows read step 0 now.
+      detail::tellStepListeners([&](detail::StepListener& listener) {
+        listener.onStepWentBack(0, *previous);
+      });
     } catch (const std::exception& e) {
       TORCH_WARN(
           "torch_monitor: an event handler failed while clear_step() closed "

@@ -129,7 +129,8 @@ int runRank(
   for (size_t w = 0; w < events.size(); ++w) {
     const Event& e = events[w];
     const auto want = expectedWindow(e.step.value_or(0) / kWindowSteps - 1, alive);
-    check(std::get<int64_t>(e.data.at("ranks")) == ranksAlive, "ranks");
+    // Keyed by the Stat: one TensorBoard tag per synced Stat.
+    check(std::get<int64_t>(e.data.at("loss.ranks")) == ranksAlive, "loss.ranks");
     check(std::get<double>(e.data.at("loss.count")) == want.count, "count");
     check(std::get<double>(e.data.at("loss.sum")) == want.sum, "sum");
     check(std::get<double>(e.data.at("loss.mean")) == want.mean(), "mean");

@@ -29,6 +29,8 @@ def samples(rank, step, scenario):
         return []  # no samples in window 1
     if scenario == "group" and rank == 0:
         return []  # not in the group
+    if scenario == "late" and rank == 1 and step < WINDOW_STEPS:
+        return []  # its first sample in window 1: no marker for window 0
     return [rank * 10 + step * 0.25 + i * 0.5 for i in range(rank + 1)]
 
 

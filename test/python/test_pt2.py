@@ -305,13 +305,15 @@ def test_faces_offer_every_torchscript_method():
 def test_every_op_passes_opcheck():
     """torch.library.opcheck on each torch_monitor op (schema, fake kernel,
     dispatch); log_event_values has its own in test_pt2_sinks.py, set_step
-    and get_step (not traceable: its fake raises) in test_steps.py."""
+    and get_step (not traceable: its fake raises) in test_steps.py,
+    watch_observe_ in test_watch.py."""
     names = {s.name for s in torch._C._jit_get_all_schemas() if s.name.startswith("torch_monitor::")}
     assert names == {
         "torch_monitor::log_event",
         "torch_monitor::log_event_values",
         "torch_monitor::set_step",
         "torch_monitor::get_step",
+        "torch_monitor::watch_observe_",
     }, (
         "a new op needs an opcheck here"
     )

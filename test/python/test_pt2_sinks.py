@@ -60,7 +60,7 @@ def expected_config(tm, name, sink, tmp_path):
             file_sink,
             log_dir=str(tmp_path / "tb"),
             step_key="step",
-            event_names=[tm.STAT_EVENT],
+            event_names=[tm.STAT_EVENT, tm.WATCH_EVENT],  # the default
             ranks="separate",
         ),
         "JsonLinesWriter": dict(

@@ -99,9 +99,8 @@ def reference(ranks, window, scenario):
 
 
 def merged_events(result):
-    """The Stat's events, in window order (windows may merge out of order)."""
-    events = [e for e in result["events"] if "loss.mean" in e["data"]]
-    return sorted(events, key=lambda e: e["step"])
+    """The Stat's events, as they reached the handler: in window order."""
+    return [e for e in result["events"] if "loss.mean" in e["data"]]
 
 
 def check_windows(events, expected_ranks, scenario):
@@ -111,9 +110,11 @@ def check_windows(events, expected_ranks, scenario):
     for w, event in enumerate(events):
         ranks = expected_ranks[w]
         data = event["data"]
-        assert data["ranks"] == len(ranks), (w, data)
+        # "<stat>.ranks": one TensorBoard tag per synced Stat, not a "ranks"
+        # shared by all of them.
+        assert "ranks" not in data and data["loss.ranks"] == len(ranks), (w, data)
         want = reference(ranks, w, scenario)
-        got = {k.split(".")[1]: v for k, v in data.items() if k.startswith("loss.")}
+        got = {k.split(".")[1]: v for k, v in data.items() if k.startswith("loss.") and k != "loss.ranks"}
         assert got == want, (w, got, want)
         assert event["step"] == (w + 1) * worker.WINDOW_STEPS, event
 
@@ -147,7 +148,7 @@ def test_stalled_rank_gives_a_partial_merge_and_no_leaked_keys(tmp_path):
     assert results[0]["leaked"] == []
     # Rank 0 marked the late windows: rank 2 logged them itself, with a word.
     own = merged_events(results[2])
-    assert [e["data"]["ranks"] for e in own] == [1, 1, 1], own
+    assert [e["data"]["loss.ranks"] for e in own] == [1, 1, 1], own
     assert any("after rank 0 had merged the window" in w for w in results[2]["warnings"])
 
 
@@ -166,9 +167,9 @@ def test_non_default_group_merges_on_its_own_rank_0(tmp_path):
     windows = worker.STEPS // worker.WINDOW_STEPS
     assert len(events) == windows
     for w, event in enumerate(events):
-        assert event["data"]["ranks"] == 3
+        assert event["data"]["loss.ranks"] == 3
         want = reference([1, 2, 3], w, "group")
-        got = {k.split(".")[1]: v for k, v in event["data"].items() if k.startswith("loss.")}
+        got = {k.split(".")[1]: v for k, v in event["data"].items() if k.startswith("loss.") and k != "loss.ranks"}
         assert got == want
     assert merged_events(results[2]) == merged_events(results[3]) == []
 
@@ -196,7 +197,7 @@ def local_windows(result, scenario, rank):
     """The rank's own windows it logged itself, each checked: one rank."""
     events = merged_events(result)
     for w, event in enumerate(events):
-        assert event["data"]["ranks"] == 1, event
+        assert event["data"]["loss.ranks"] == 1, event
     return events
 
 
@@ -251,3 +252,12 @@ def test_windows_of_a_rank_stalled_past_the_sweep_are_logged_on_that_rank(tmp_pa
         got = {k.split(".")[1]: v for k, v in event["data"].items() if k.startswith("loss.")}
         assert got == reference([1], w, "long_stall"), (w, got)
     assert results[1]["leaked"] == [], results[1]["leaked"]
+def test_merged_windows_reach_the_handlers_in_step_order(tmp_path):
+    # Rank 1 adds nothing before window 1, so its first post comes without
+    # an empty marker for window 0: window 1 is complete at once while
+    # window 0 waits for its deadline. Merged in posting order, window 1's
+    # point reached the sinks first (TensorBoard showed steps 8, 4, 12).
+    results, _ = run_ranks(tmp_path, 2, "late", env={"DEADLINE": "1"})
+    events = merged_events(results[0])
+    assert [e["step"] for e in events] == [4, 8, 12]
+    assert [e["data"]["loss.ranks"] for e in events] == [1, 2, 2]

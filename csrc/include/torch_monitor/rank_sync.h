@@ -23,7 +23,7 @@ namespace torch_monitor {
 //
 // `deadline`: how long the root (rank 0) waits, after it closed a window,
 // for the other ranks' summaries of it; a window is then merged from the
-// ranks that arrived (its event's "ranks" says how many).
+// ranks that arrived (its event's "<name>.ranks" says how many).
 // Thread safety: an immutable value once shared; safe to read from any
 // thread.
 struct TORCH_MONITOR_API RankGroup {

@@ -177,8 +177,9 @@ class TORCH_MONITOR_API Stat : private detail::StatEngine<T> {
   // Merges this Stat's windows across the ranks of `group` (nullptr: the
   // process default group, see rank_sync.h) from now on: each closed window
   // is posted to the group's Store instead of being logged here, and the
-  // root (rank 0) logs the window of all ranks, with the data key "ranks"
-  // (how many ranks it covers). get() keeps this rank's own last window.
+  // root (rank 0) logs the window of all ranks, with the data key
+  // "<name>.ranks" (how many ranks it covers), in window order. get() keeps
+  // this rank's own last window.
   // Call it before the first window closes; the Stat's name must be unique
   // among the group's synced Stats. Windows are matched by index: exact for
   // step windows, by wall-clock time for time windows. See

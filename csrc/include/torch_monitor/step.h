@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string_view>
 
@@ -20,6 +21,29 @@ namespace torch_monitor {
 namespace detail {
 inline constexpr int64_t kNoStep = std::numeric_limits<int64_t>::min();
 TORCH_MONITOR_API extern std::atomic<int64_t> trainingStep;
+
+// Told of step changes after the step is stored, on the thread that
+// changed it: how a watch (watch/recorder.h) closes its windows at the step
+// that ends them and opens or shuts its device-side gate for the next step,
+// with nothing to do per observation, and how Stats with step windows
+// close a window the step went back from (live_stats.h). setStep() pays one
+// atomic load while no listener exists. A listener's exception reaches
+// setStep()'s caller after every listener ran (as a handler's reaches
+// logEvent's).
+// Thread safety: add/remove from any thread; a listener removed while a
+// setStep() is telling it may be told once more (by that call).
+class TORCH_MONITOR_API StepListener {
+ public:
+  virtual ~StepListener() = default;
+  // After every setStep().
+  virtual void onStep(int64_t /*step*/) {}
+  // When the step goes back: setStep(step) below the step the run had
+  // `reached`, or clearStep() from a step above 0 (step windows then read
+  // step 0). Told before onStep().
+  virtual void onStepWentBack(int64_t /*step*/, int64_t /*reached*/) {}
+};
+TORCH_MONITOR_API void addStepListener(std::shared_ptr<StepListener> listener);
+TORCH_MONITOR_API void removeStepListener(const StepListener* listener) noexcept;
 } // namespace detail
 
 // Throws c10::ValueError, naming `what`, for a negative step: the one rule

@@ -19,3 +19,4 @@
 // Reducers and monitors: need only <ATen/core/Tensor.h>-level headers.
 #include <torch_monitor/monitors/difference_monitor.h>
 #include <torch_monitor/reducers/reducers.h>
+#include <torch_monitor/watch/watch.h>

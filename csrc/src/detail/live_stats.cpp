@@ -12,6 +12,7 @@
 #include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
+#include <torch_monitor/step.h>
 
 namespace torch_monitor {
 namespace detail {
@@ -62,6 +63,13 @@ struct LiveStatRegistry {
       onFork(ForkStage::kLiveStats, kHooks);
       // Before the file writers' final flush: the last windows reach them.
       onExit(ExitStage::kLiveStats, &closeAllLiveStats);
+      // Step windows the step went back from are closed at once.
+      struct WentBack final : StepListener {
+        void onStepWentBack(int64_t step, int64_t reached) override {
+          stepWentBack(step, reached);
+        }
+      };
+      addStepListener(std::make_shared<WentBack>());
       return r;
     }();
     return *instance;

@@ -106,6 +106,42 @@ std::optional<RankShare> decode(const Bytes& bytes) {
   return share;
 }
 
+// What a rank posts under its key: the poster's shape (the text that must
+// match rank 0's), then its payload. At least five bytes, so never one of
+// the one-byte markers above.
+Bytes wrap(const std::string& shape, const Bytes& payload) {
+  const uint32_t length = uint32_t(shape.size());
+  Bytes bytes(sizeof length + shape.size() + payload.size());
+  std::memcpy(bytes.data(), &length, sizeof length);
+  std::memcpy(bytes.data() + sizeof length, shape.data(), shape.size());
+  std::memcpy(
+      bytes.data() + sizeof length + shape.size(),
+      payload.data(),
+      payload.size());
+  return bytes;
+}
+
+struct Posted {
+  std::string shape;
+  Bytes payload;
+};
+
+// Nothing for a marker, or bytes that are not a post.
+std::optional<Posted> unwrap(const Bytes& bytes) {
+  uint32_t length = 0;
+  if (bytes.size() < sizeof length + 1) {
+    return std::nullopt;
+  }
+  std::memcpy(&length, bytes.data(), sizeof length);
+  if (bytes.size() - sizeof length < length) {
+    return std::nullopt;
+  }
+  const auto* begin = bytes.data() + sizeof length;
+  return Posted{
+      std::string(reinterpret_cast<const char*>(begin), length),
+      Bytes(begin + length, bytes.data() + bytes.size())};
+}
+
 // The value of `key`, kAbsent when there is none; never waits.
 Bytes peek(c10d::Store& store, const std::string& key) {
   return store.compareSet(key, kAbsent, kAbsent);
@@ -126,19 +162,23 @@ void dispatchLogged(const Event& event) noexcept {
 // One window to post, and on the root to merge.
 struct Outgoing {
   std::shared_ptr<const RankGroup> group;
-  std::string stat;
+  std::string what; // "Stat 'loss'", for warnings
   std::string prefix; // "torch_monitor/<stat>/<window>/"; keys add the rank
-  RankShare share;
-  MergedEventBuilder build; // merges (root) or logs this rank's share alone
+  std::string stream; // "torch_monitor/<stat>/": its windows merge in order
+  std::string shape;
+  Bytes payload;
+  MergedPayloadBuilder build; // merges (root) or logs this rank's own alone
 };
 
 // A window the root merges once every rank posted, or at its deadline.
 struct Merge {
   std::shared_ptr<const RankGroup> group;
-  std::string stat;
+  std::string what;
   std::string prefix;
-  RankShare own; // the root's: other ranks' shapes must match its shape
-  MergedEventBuilder build;
+  std::string stream;
+  std::string shape; // the root's: other ranks' must match it
+  Bytes own; // the root's payload
+  MergedPayloadBuilder build;
   SteadyClock::time_point deadline;
 };
 
@@ -312,25 +352,26 @@ struct RankSync {
   // Logs a window of this rank that the root will not merge, here, as a
   // window of one rank.
   static void logLocally(const Outgoing& out) {
-    if (out.share.count == 0) {
-      return; // an empty marker holds nothing to log
-    }
-    if (auto event = out.build({out.share})) {
-      dispatchLogged(*event);
+    dispatchAllLogged(out.build({out.payload}));
+  }
+
+  static void dispatchAllLogged(const std::vector<Event>& events) {
+    for (const Event& event : events) {
+      dispatchLogged(event);
     }
   }
 
   static void post(Outgoing& out, Work& work) {
     const std::string key = keyOf(out.prefix, out.group->rank);
-    Bytes bytes = encode(out.share);
+    Bytes bytes = wrap(out.shape, out.payload);
     try {
       out.group->store->set(key, bytes);
     } catch (const std::exception& e) {
       warnOnce(
           work,
-          "post/" + out.stat,
-          "torch_monitor: Stat '" + out.stat +
-              "': could not post a window to the rank group's Store (" +
+          "post/" + out.what,
+          "torch_monitor: " + out.what +
+              ": could not post a window to the rank group's Store (" +
               errorMessage(e) +
               "); this rank logs such windows itself, as windows of one "
               "rank");
@@ -342,9 +383,11 @@ struct RankSync {
       const auto deadline = now + out.group->deadline;
       work.merges.push_back(Merge{
           out.group,
-          out.stat,
+          out.what,
           out.prefix,
-          out.share,
+          out.stream,
+          out.shape,
+          out.payload,
           std::move(out.build),
           deadline});
     } else {
@@ -352,13 +395,27 @@ struct RankSync {
     }
   }
 
-  // Merges every window whose ranks all posted or whose deadline passed.
+  // Merges every window whose ranks all posted or whose deadline passed,
+  // in order within each stream: a window waits while an earlier window of
+  // its Stat (or watch) is still waiting, even when its own ranks are all
+  // there, so that the merged points of one tag reach the sinks in step
+  // order. (A rank's first window of a Stat comes without empty markers for
+  // the windows before it, so a later window can be complete while an
+  // earlier one waits for its deadline.) `merges` holds each stream's
+  // windows in the order they were posted, which is window order.
   static void pollMerges(Work& work) {
     const auto now = SteadyClock::now();
+    std::vector<const Merge*> waiting; // the first waiting window per stream
+    const auto blocked = [&](const Merge& m) {
+      return std::any_of(waiting.begin(), waiting.end(), [&](const Merge* w) {
+        return w->group == m.group && w->stream == m.stream;
+      });
+    };
     for (auto it = work.merges.begin(); it != work.merges.end();) {
-      if (tryMerge(*it, now >= it->deadline, work)) {
+      if (!blocked(*it) && tryMerge(*it, now >= it->deadline, work)) {
         it = work.merges.erase(it);
       } else {
+        waiting.push_back(&*it);
         ++it;
       }
     }
@@ -392,39 +449,38 @@ struct RankSync {
           }
         }
       }
-      std::vector<RankShare> shares;
+      std::vector<Bytes> payloads;
       for (const int64_t r : present) {
         const std::string& key = keys[r];
         // Read without waiting: a rank that took its share back may have
         // deleted it since the check (multiGet would wait for the key).
         const Bytes value = peek(*group.store, key);
-        const auto share = decode(value);
-        if (!share) {
+        auto posted = unwrap(value);
+        if (!posted) {
           continue; // its rank took it back: not merged here
         }
         if (r == group.rank) {
           group.store->deleteKey(key); // nobody else takes the root's own
-          shares.push_back(*share);
+          payloads.push_back(std::move(posted->payload));
           continue;
         }
-        if (share->shape != merge.own.shape) {
+        if (posted->shape != merge.shape) {
           group.store->compareSet(key, value, kRefused);
           warnOnce(
               work,
-              "shape/" + merge.stat + "/" + std::to_string(r),
-              "torch_monitor: Stat '" + merge.stat +
-                  "' is not the same on every rank of its group: rank " +
-                  std::to_string(group.rank) + " has a " +
-                  merge.own.shape.describe() + ", rank " + std::to_string(r) +
-                  " a " + share->shape.describe() + "; rank " +
-                  std::to_string(r) +
+              "shape/" + merge.what + "/" + std::to_string(r),
+              "torch_monitor: " + merge.what +
+                  " is not the same on every rank of its group: rank " +
+                  std::to_string(group.rank) + " has " + merge.shape +
+                  ", rank " + std::to_string(r) + " " + posted->shape +
+                  "; rank " + std::to_string(r) +
                   "'s windows are not merged (it logs them itself). Create "
-                  "the Stat with the same type and window on every rank");
+                  "it the same way on every rank");
           continue;
         }
         if (group.store->compareSet(key, value, kTaken) == kTaken) {
           group.store->deleteKey(key);
-          shares.push_back(*share);
+          payloads.push_back(std::move(posted->payload));
         }
       }
       if (!missing.empty()) {
@@ -433,25 +489,19 @@ struct RankSync {
             std::move(missing),
             SteadyClock::now() + kLeftoverDeadlines * group.deadline});
       }
-      if (!shares.empty()) {
-        if (auto event = merge.build(shares)) {
-          dispatchLogged(*event);
-        }
+      if (!payloads.empty()) {
+        dispatchAllLogged(merge.build(payloads));
       }
     } catch (const std::exception& e) {
       warnOnce(
           work,
-          "merge/" + merge.stat,
-          "torch_monitor: Stat '" + merge.stat +
-              "': could not merge a window across ranks (" +
+          "merge/" + merge.what,
+          "torch_monitor: " + merge.what +
+              ": could not merge a window across ranks (" +
               errorMessage(e) +
               "); rank 0 logs its own share of such windows, as windows of "
               "one rank");
-      if (merge.own.count > 0) {
-        if (auto event = merge.build({merge.own})) {
-          dispatchLogged(*event);
-        }
-      }
+      dispatchAllLogged(merge.build({merge.own}));
     }
     return true;
   }
@@ -474,7 +524,7 @@ struct RankSync {
                   if (value == kAbsent) {
                     return false; // not come yet
                   }
-                  if (decode(value)) {
+                  if (unwrap(value)) {
                     store.compareSet(key, value, kLate);
                   }
                   return true;
@@ -519,8 +569,8 @@ struct RankSync {
       bool takeAllBack) {
     const Outgoing& posted = watch.posted;
     c10d::Store& store = *posted.group->store;
-    const std::string where = "torch_monitor: Stat '" + posted.stat +
-        "', window " + windowOf(posted.prefix) + " of rank " +
+    const std::string where = "torch_monitor: " + posted.what +
+        ", window " + windowOf(posted.prefix) + " of rank " +
         std::to_string(posted.group->rank) + ", is not merged across ranks: ";
     const std::string fallback =
         "; this rank logs such windows itself, as windows of one rank";
@@ -552,14 +602,14 @@ struct RankSync {
                 now - watch.postedAt);
         warnOnce(
             work,
-            "gone/" + posted.stat,
+            "gone/" + posted.what,
             where + "rank 0 did not take it within " +
                 std::to_string(waited.count()) +
                 " ms (rank 0 is gone or stalled)" + fallback);
       } else if (value == kLate) {
         warnOnce(
             work,
-            "late/" + posted.stat,
+            "late/" + posted.what,
             where +
                 "it reached the Store after rank 0 had merged the window "
                 "without it (this rank was later than the deadline)" +
@@ -567,7 +617,7 @@ struct RankSync {
       } else if (value == kRefused) {
         warnOnce(
             work,
-            "refused/" + posted.stat,
+            "refused/" + posted.what,
             where +
                 "rank 0 refused it because the Stat is not the same on "
                 "every rank (rank 0's warning says how)" +
@@ -579,7 +629,7 @@ struct RankSync {
     } catch (const std::exception& e) {
       warnOnce(
           work,
-          "store/" + posted.stat,
+          "store/" + posted.what,
           where +
               "the rank group's Store failed while this rank waited for rank "
               "0 to take the window (" +
@@ -630,12 +680,15 @@ void disableRankSync(const void* stat) noexcept {
   s.stats.erase(stat);
 }
 
-bool postRankWindow(
+bool postRankPayload(
     const void* stat,
     const std::string& name,
+    const std::string& what,
     int64_t index,
-    const RankShare& share,
-    MergedEventBuilder build) {
+    Bytes payload,
+    Bytes emptyMarker,
+    std::string shape,
+    MergedPayloadBuilder build) {
   RankSync& s = RankSync::get();
   std::lock_guard<std::mutex> guard(s.mutex);
   const auto found = s.stats.find(stat);
@@ -649,9 +702,9 @@ bool postRankWindow(
     if (!s.warnedNoGroup) {
       s.warnedNoGroup = true;
       TORCH_WARN(
-          "torch_monitor: Stat '",
-          name,
-          "' syncs ranks over the process default group, but none is set "
+          "torch_monitor: ",
+          what,
+          " syncs ranks over the process default group, but none is set "
           "(torch_monitor::setDefaultRankGroup, or initialise "
           "torch.distributed before creating the Stat); its windows are "
           "logged on this rank only");
@@ -689,15 +742,51 @@ bool postRankWindow(
   for (int64_t i = firstMarker; i <= index; ++i) {
     s.queue.push_back(Outgoing{
         group,
-        name,
+        what,
         statPrefix + std::to_string(i) + "/",
-        i == index ? share : share.emptyMarker(),
+        statPrefix,
+        shape,
+        i == index ? std::move(payload) : emptyMarker,
         build});
   }
   synced.lastIndex = index;
   synced.posted = true;
   s.wake.notify_all();
   return true;
+}
+
+bool postRankWindow(
+    const void* stat,
+    const std::string& name,
+    int64_t index,
+    const RankShare& share,
+    MergedEventBuilder build) {
+  // The shares that decode (all of them but foreign bytes), merged.
+  MergedPayloadBuilder merge = [build = std::move(build)](
+                                   const std::vector<Bytes>& values) {
+    std::vector<RankShare> shares;
+    for (const Bytes& bytes : values) {
+      if (auto decoded = decode(bytes)) {
+        shares.push_back(*decoded);
+      }
+    }
+    std::vector<Event> events;
+    if (!shares.empty()) {
+      if (auto event = build(shares)) {
+        events.push_back(std::move(*event));
+      }
+    }
+    return events;
+  };
+  return postRankPayload(
+      stat,
+      name,
+      "Stat '" + name + "'",
+      index,
+      encode(share),
+      encode(share.emptyMarker()),
+      share.shape.describe(),
+      std::move(merge));
 }
 
 

@@ -399,7 +399,9 @@ std::optional<Event> StatEngine<T>::eventOf(const ClosedWindow& closed) const {
         return std::nullopt;
       }
       Event event = eventOfWindow(name, enabled, merged, step);
-      event.data.emplace("ranks", int64_t(shares.size()));
+      // Keyed by the Stat, like its aggregates: one TensorBoard tag (and
+      // Prometheus sample) per synced Stat, not one "ranks" shared by all.
+      event.data.emplace(name + ".ranks", int64_t(shares.size()));
       return event;
     };
     const auto share = RankShare::of(closed.values, step, windowShape());

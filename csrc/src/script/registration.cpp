@@ -43,4 +43,5 @@ TORCH_LIBRARY(torch_monitor, m) {
   torch_monitor::script::registerReducerClasses(m);
   torch_monitor::script::registerMonitorClasses(m);
   torch_monitor::script::registerSinkClasses(m);
+  torch_monitor::script::registerWatch(m);
 }

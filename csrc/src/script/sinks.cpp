@@ -247,8 +247,9 @@ void registerTensorBoardWriter(torch::Library& m) {
       "``events.out.tfevents.<time>.<host>.<pid>.<n>``\n"
       "file in it. For each accepted event (by default the "
       "``\"torch.monitor.Stat\"``\n"
-      "events a ``Stat`` logs when its window closes) every numeric value "
-      "becomes a\n"
+      "events a ``Stat`` logs when its window closes, and the\n"
+      "``\"torch_monitor.Watch\"`` events of ``watch()``) every numeric "
+      "value becomes a\n"
       "scalar: the data key is the tag, the event's timestamp the wall "
       "time, and the\n"
       "step a per-tag counter 0, 1, 2, ... (or the event's ``step_key`` "
@@ -313,7 +314,8 @@ void registerTensorBoardWriter(torch::Library& m) {
        torch::arg("flush_interval") = 1.0,
        torch::arg("max_buffer_bytes") = int64_t(32) << 20,
        torch::arg("event_names") =
-           c10::IValue(c10::List<std::string>({std::string(kStatEventName)})),
+           c10::IValue(c10::List<std::string>(
+               {std::string(kStatEventName), std::string(kWatchEventName)})),
        torch::arg("step_key") = c10::IValue(),
        torch::arg("ranks") = std::string("separate")});
   defineSinkMethods(cls)

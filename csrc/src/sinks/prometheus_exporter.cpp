@@ -437,7 +437,7 @@ PrometheusExporter::~PrometheusExporter() {
 }
 
 void PrometheusExporter::handle(const Event& event) {
-  if (closed() || event.name != kStatEventName) {
+  if (closed() || !prometheus::isWindowEvent(event)) {
     return;
   }
   if (!impl_->inCreator() && !impl_->childWarned.exchange(true)) {

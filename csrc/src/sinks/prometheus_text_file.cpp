@@ -46,7 +46,7 @@ PrometheusTextFile::~PrometheusTextFile() {
 }
 
 void PrometheusTextFile::handle(const Event& event) {
-  if (closed() || event.name != kStatEventName) {
+  if (closed() || !prometheus::isWindowEvent(event)) {
     return;
   }
   snapshot_.update(event);

@@ -72,8 +72,9 @@ class TORCH_MONITOR_API LiveStat {
 // (stat.h) is this, for users; the registry also runs it at exit.
 // Thread safety: callable from any thread, concurrently with every Stat API.
 TORCH_MONITOR_API void closeAllLiveStats() noexcept;
-// Called by setStep() and clearStep() when the step goes back (a run
-// restarted from a checkpoint, a loop that restarts its step count): every
+// Run when the step goes back (through the step listener, step.h, that
+// the registry adds when it is made), as after a run
+// restarted from a checkpoint or a loop that restarts its step count: every
 // Stat with step windows whose open window lies after `step` logs it now,
 // at the step the run had reached (`previous`), so that steps before and
 // after the jump never share a window. Rethrows the first handler

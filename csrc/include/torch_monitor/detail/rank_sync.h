@@ -34,9 +34,9 @@ struct WindowShape {
   bool operator!=(const WindowShape& other) const noexcept {
     return !(*this == other);
   }
-  // "IntStat with window_steps=20", for messages.
+  // "a IntStat with window_steps=20", for messages.
   std::string describe() const {
-    return std::string(integer ? "IntStat" : "Stat") +
+    return std::string(integer ? "a IntStat" : "a Stat") +
         (steps ? " with window_steps=" + std::to_string(length)
                : " with window_size=" + std::to_string(length) + " ms");
   }
@@ -111,6 +111,12 @@ struct RankShare {
 using MergedEventBuilder =
     std::function<std::optional<Event>(const std::vector<RankShare>&)>;
 
+// The same for a window posted as bytes of the poster's own format
+// (postRankPayload): the values of the ranks that arrived, ascending rank
+// order, an empty marker as posted; the events to log (any number).
+using MergedPayloadBuilder = std::function<std::vector<Event>(
+    const std::vector<std::vector<uint8_t>>&)>;
+
 // The rank sync thread: posts windows of synced Stats to their group's
 // Store and, on the root, merges and logs them (see rank_sync.h and
 // docs/distributed.md). Thread safety: every function may be called from
@@ -136,6 +142,30 @@ TORCH_MONITOR_API bool postRankWindow(
     int64_t index,
     const RankShare& share,
     MergedEventBuilder build);
+
+// postRankWindow for any owner of windows (a watch posts all its keys'
+// rows as one payload): `payload` is this rank's window in the owner's own
+// format (at least two bytes: one-byte values are the thread's markers),
+// `emptyMarker` what is posted for the windows it skipped. `what` names the
+// owner in warnings ("Stat 'loss'"); `shape` says what must be the same on
+// every rank for their windows to merge (WindowShape::describe()): rank 0
+// refuses a window of another shape, and its rank logs it itself. The
+// builder merges (on rank 0) or, for a window rank 0 does not take, logs
+// this rank's payload alone. `owner` must have been enabled with
+// enableRankSync, and `name` be unique among the group's synced owners.
+// Rank 0 merges each owner's windows in order: a window is logged only
+// after every earlier window of the same owner was (merged or given up at
+// its deadline), so the merged points of one stream reach the sinks in step
+// order.
+TORCH_MONITOR_API bool postRankPayload(
+    const void* owner,
+    const std::string& name,
+    const std::string& what,
+    int64_t index,
+    std::vector<uint8_t> payload,
+    std::vector<uint8_t> emptyMarker,
+    std::string shape,
+    MergedPayloadBuilder build);
 
 // The process default group (rank_sync.h's setDefaultRankGroup() and
 // defaultRankGroup(), which check it first).

@@ -14,4 +14,5 @@ void registerStepOps(torch::Library& m); // after the Event ops: shares their fa
 void registerReducerClasses(torch::Library& m);
 void registerMonitorClasses(torch::Library& m); // after reducers: takes them
 void registerSinkClasses(torch::Library& m); // after the Event class
+void registerWatch(torch::Library& m); // after the sinks: takes a writer (script/watch.h)
 } // namespace torch_monitor::script

@@ -27,8 +27,9 @@ struct TensorBoardWriterOptions {
   std::chrono::milliseconds flushInterval{1000};
   // Bound on buffered bytes; beyond it new scalars are dropped and counted.
   size_t maxBufferBytes = size_t(32) << 20;
-  // Events whose values are written; empty = every event.
-  std::vector<std::string> eventNames{kStatEventName};
+  // Events whose values are written; empty = every event. By default the
+  // windows of Stats and of watches (watch/recorder.h).
+  std::vector<std::string> eventNames{kStatEventName, kWatchEventName};
   // When not empty and an event holds an integer under this key, it is the
   // step of all the event's other values (and is not written itself), in
   // place of the event's own step.

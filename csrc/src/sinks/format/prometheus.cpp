@@ -170,17 +170,23 @@ Labels checkedLabels(const std::map<std::string, std::string>& labels) {
   return out; // sorted by name
 }
 
+bool isWindowEvent(const Event& event) {
+  return event.name == kStatEventName || event.name == kWatchEventName;
+}
+
 void Snapshot::update(const Event& event) {
-  if (event.name != kStatEventName) {
+  if (!isWindowEvent(event)) {
     return;
   }
+  const bool watch = event.name == kWatchEventName;
   // One event is one closed window of each Stat it names: the new windows
   // are built here, outside the lock, then replace the old ones (an
   // aggregation missing now is dropped).
   std::map<std::string, std::shared_ptr<Window>> windows;
   std::map<std::string, int64_t> counts;
   for (const auto& [key, data] : event.data) {
-    const size_t dot = aggregationDot(key);
+    // A watch's keys end in statistics of their own (rms, norm, ...).
+    const size_t dot = watch ? key.rfind('.') : aggregationDot(key);
     std::variant<double, int64_t> value;
     if (const auto* d = std::get_if<double>(&data)) {
       value = *d;
@@ -189,7 +195,7 @@ void Snapshot::update(const Event& event) {
     } else {
       continue; // strings and bools are no samples
     }
-    if (dot == std::string::npos) {
+    if (dot == std::string::npos || dot == 0) {
       continue;
     }
     std::string stat = key.substr(0, dot);
@@ -198,6 +204,7 @@ void Snapshot::update(const Event& event) {
     if (window == nullptr) {
       window = std::make_shared<Window>();
       window->stat = std::move(stat);
+      window->watch = watch;
     }
     if (aggregation == aggregationName(Aggregation::COUNT)) {
       window->hasCount = true;
@@ -246,7 +253,10 @@ std::string Snapshot::render(
     }
     families.insert(gauge);
     appendFamilyHead(
-        out, gauge, "torch_monitor Stat '" + stat + "': last closed window",
+        out,
+        gauge,
+        std::string(window->watch ? "torch_monitor watch '" : "torch_monitor Stat '") +
+            stat + "': last closed window",
         "gauge");
     for (const auto& [aggregation, value] : window->values) {
       appendSample(out, gauge, labels, aggregation.c_str(), value);

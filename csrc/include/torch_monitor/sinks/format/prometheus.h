@@ -51,8 +51,14 @@ TORCH_MONITOR_API void appendSampleValue(std::string& out, double value);
 TORCH_MONITOR_API Labels checkedLabels(
     const std::map<std::string, std::string>& labels);
 
-// The last closed window of every Stat seen in torch.monitor.Stat events,
-// and each Stat's count summed over all its windows. A Stat's event carries
+// Whether `event` is a closed window the Prometheus sinks show: a Stat's
+// ("torch.monitor.Stat") or a watch's ("torch_monitor.Watch", whose keys
+// "<path>.<kind>.<statistic>" read as stat "<path>.<kind>" and aggregation
+// "<statistic>").
+TORCH_MONITOR_API bool isWindowEvent(const Event& event);
+
+// The last closed window of every Stat seen in window events (above), and
+// each Stat's count summed over all its windows. A Stat's event carries
 // "<stat name>.<aggregation>" keys; other events and keys are ignored.
 // Thread safety: no concurrent call to any API of this type causes a data
 // race; update() and render() may run on different threads.
@@ -87,6 +93,7 @@ class TORCH_MONITOR_API Snapshot {
     // int64 sum overflows (and a double count converts to int64 only in
     // range). Only finite counts >= 0 are added: a counter never goes down.
     double countTotal = 0;
+    bool watch = false; // a watch's key ("<path>.<kind>"), not a Stat
   };
   mutable std::mutex mutex_;
   // By Stat name, so that the output is sorted.

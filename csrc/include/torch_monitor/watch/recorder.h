@@ -1,0 +1,210 @@
+#pragma once
+
+// The engine of watch(model) (docs/watch.md), shared by the three worlds:
+// the keys a watch observes, their statistics in one buffer of slots on
+// the model's device, the gate that says on the device whether the current
+// step is observed, and the windows that close with one host read of all
+// slots and log one "torch_monitor.Watch" event. It knows nothing of
+// modules, hooks or optimizers: the Python package (torch_monitor/watch.py)
+// and the C++ Watch (watch/watch.h) attach those and hand every
+// observation to observe(), which the op torch_monitor::watch_observe_
+// also calls.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/util/ArrayRef.h>
+
+#include <torch_monitor/event.h>
+#include <torch_monitor/export.h>
+
+namespace torch_monitor {
+struct RankGroup;
+namespace sinks {
+class TensorBoardWriter;
+} // namespace sinks
+} // namespace torch_monitor
+
+namespace torch_monitor::watch {
+
+// What an observation is (spec: watch.md, "Semantics to build").
+enum class Kind : int8_t {
+  Grad, // a parameter's gradient as the optimizer step uses it
+  Weight, // a parameter after an optimizer step
+  Update, // the change of a parameter across one optimizer step
+  Output, // a module's output in forward
+  OutputGrad, // the gradient flowing into that output in backward
+};
+// "grad", "weight", "update", "output", "output_grad".
+TORCH_MONITOR_API std::string_view kindName(Kind kind) noexcept;
+// The kind named so; c10::ValueError naming the five otherwise.
+TORCH_MONITOR_API Kind kindFromName(std::string_view name);
+
+// How a recorder windows and publishes its statistics; a plain value.
+struct RecorderOptions {
+  // Exactly one of them is set (> 0): windows of training steps
+  // [0, n), [n, 2n), ... like Stat(window_steps=n), or of time.
+  int64_t windowSteps = 0;
+  std::chrono::milliseconds windowSize{0};
+  // Observe on steps divisible by `every` only.
+  int64_t every = 1;
+  // With a writer: a histogram of each observed tensor, tag "<key>", on
+  // steps divisible by histogramsEvery (0: none).
+  int64_t histogramsEvery = 0;
+  std::shared_ptr<sinks::TensorBoardWriter> writer;
+  // Add the device allocator's counters to each window's event.
+  bool memory = false;
+  // Merge every rank's windows on rank 0 (rank_sync.h); `group` nullptr is
+  // the process default group.
+  bool syncRanks = false;
+  std::shared_ptr<const RankGroup> group;
+};
+
+// One key: "<path>.<kind>", e.g. "fc1.weight.grad" or "fc1.output".
+// Thread safety: a plain value.
+struct Key {
+  std::string path;
+  Kind kind;
+  std::string name() const;
+};
+
+// Thread safety: every method may be called from any thread; observations,
+// step changes and window closes are serialised by one mutex per recorder
+// (an observation holds it for its dispatch of a few kernels on a device,
+// or for its scan of a CPU tensor); events are logged outside it.
+class TORCH_MONITOR_API Recorder
+    : public std::enable_shared_from_this<Recorder> {
+ public:
+  // Keys in slot order; statistics kept on `device`. Throws
+  // c10::ValueError for options that do not make sense (no window or two,
+  // every < 1, histograms without a writer).
+  static std::shared_ptr<Recorder> create(
+      std::vector<Key> keys,
+      RecorderOptions options,
+      c10::Device device);
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // The process-wide id the op finds this recorder by (see find()).
+  int64_t id() const noexcept {
+    return id_;
+  }
+  const std::vector<Key>& keys() const noexcept {
+    return keys_;
+  }
+  const RecorderOptions& options() const noexcept {
+    return options_;
+  }
+  // The slot buffer ([keys, column::kColumns] float64) and the gate (0-d
+  // float64: the step when it is observed, -1 when it is not), on the
+  // statistics' device. The op takes them as arguments so that compiled
+  // graphs see what it mutates and reads; they are these very tensors.
+  at::Tensor slots() const;
+  at::Tensor gate() const;
+  c10::Device device() const;
+  // Moves the slots (and what they hold) and the gate to `device`: for a
+  // model moved after the watch was made. Returns nothing; read slots()
+  // and gate() again.
+  void moveTo(c10::Device device);
+
+  // Adds one observation of each values[i] to key keys[i] (for Update keys,
+  // `before` holds the weights before the step, one per value; else it is
+  // empty). Tensors that are undefined, empty or not floating point are
+  // skipped. `slots` and `gate` are slots() and gate() (or what a compiled
+  // graph passes for them). A CPU tensor is scanned in place, on this
+  // thread, when the gate is open; a tensor on a device only queues device
+  // work (gated there), so nothing waits for the device. On steps divisible
+  // by histogramsEvery, also writes each tensor's histogram (which reads it).
+  void observe(
+      const at::Tensor& slots,
+      const at::Tensor& gate,
+      at::TensorList values,
+      c10::IntArrayRef keys,
+      at::TensorList before);
+  // observe() for the recorder with `id`; does nothing when it is gone
+  // (removed while a compiled graph still calls the op).
+  static void observeById(
+      int64_t id,
+      const at::Tensor& slots,
+      const at::Tensor& gate,
+      at::TensorList values,
+      c10::IntArrayRef keys,
+      at::TensorList before);
+  static std::shared_ptr<Recorder> find(int64_t id);
+
+  // The training step changed (setStep tells every recorder): closes the
+  // window it ends, and opens or shuts the gate for this step.
+  void onStep(int64_t step);
+  // An optimizer step happened (Python's optimizer hook, C++
+  // Watch::step): when the program sets no training step, the recorder
+  // counts these as its steps.
+  void optimizerStepped();
+  // The step observations are taken at now (the training step, else the
+  // count of optimizer steps).
+  int64_t currentStep() const;
+
+  // Closes the open window now and logs it (nothing when it saw nothing).
+  void close();
+  // close(), then stops following the step; observe() does nothing after.
+  void remove();
+  bool removed() const;
+
+  // Closes every live recorder's window (at exit: Python's atexit hook,
+  // and std::atexit for C++ programs).
+  static void closeAll() noexcept;
+
+ private:
+  Recorder(std::vector<Key> keys, RecorderOptions options, c10::Device device);
+  struct Closed; // a window read from the slots
+  struct StepListener;
+  void startLocked(int64_t step);
+  void setGateLocked(int64_t step);
+  // Reads and resets the slots, unless nothing can have been observed
+  // since the last close (then the window is empty and nothing is read).
+  // `onlyIfObserved`: also skip the read when the device path was used but
+  // observe() was not called since (the destructor: at exit, a device may
+  // already be gone).
+  std::optional<Closed> closeLocked(
+      std::optional<int64_t> eventStep,
+      bool onlyIfObserved = false);
+  void publish(Closed closed);
+  void writeHistograms(
+      at::TensorList values,
+      c10::IntArrayRef keys,
+      at::TensorList before,
+      int64_t step);
+
+  const int64_t id_;
+  const std::vector<Key> keys_;
+  const RecorderOptions options_;
+  std::string syncName_; // "torch_monitor.Watch#<n>" when syncing ranks
+  uint64_t layoutHash_ = 0; // of the keys: ranks merge equal layouts only
+  std::shared_ptr<StepListener> listener_;
+
+  mutable std::mutex mutex_;
+  at::Tensor slots_;
+  at::Tensor gate_;
+  double gateValue_ = 0; // what gate_ holds
+  std::atomic<int64_t> ownSteps_{0}; // optimizer steps, when no step is set
+  int64_t windowIndex_ = 0; // the open window: step / windowSteps, or time
+  int64_t windowEndMs_ = 0; // time windows: end of the open one
+  std::vector<int64_t> histogramStep_; // per key: last step written
+  // Whether anything was observed since the last close. A graph captured
+  // for replay (CUDA graphs) observes without calling observe(), so once the
+  // device path was used (deviceUsed_) every close reads the slots.
+  bool observedSinceClose_ = false;
+  bool deviceUsed_ = false;
+  bool removed_ = false;
+};
+
+} // namespace torch_monitor::watch

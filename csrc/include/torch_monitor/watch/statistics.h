@@ -1,0 +1,92 @@
+#pragma once
+
+// The sufficient statistics a watch keeps per key ("<path>.<kind>"): one row
+// of kColumns float64 numbers, to which every observation of a tensor adds
+// its own row (sums add, extremes take the extreme), and from which a closed
+// window derives the statistics it logs (docs/watch.md). Rows merge the same
+// way within a window, on the host, and across ranks: so one rule serves all
+// three, and a merged window is exactly the window of all observations.
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include <ATen/core/Tensor.h>
+
+#include <torch_monitor/event.h>
+#include <torch_monitor/export.h>
+
+namespace torch_monitor::watch {
+
+// The columns of a row. Columns [0, kSumColumns) add up; the others keep
+// their largest value. Minima are kept negated (the first non-finite step
+// too), so that one maximum serves every extreme: a row merges with one add
+// and one maximum, on the device as on the host.
+namespace column {
+inline constexpr int64_t kElements = 0; // elements seen, non-finite included
+inline constexpr int64_t kNonFinite = 1; // NaN and +-inf elements
+inline constexpr int64_t kZeros = 2; // elements equal to 0
+inline constexpr int64_t kSum = 3; // sum of the finite elements
+inline constexpr int64_t kSumSquares = 4; // sum of their squares
+inline constexpr int64_t kNormSum = 5; // sum over observations of their L2 norm
+inline constexpr int64_t kObservations = 6;
+inline constexpr int64_t kRatioSum = 7; // update: sum of ||dW|| / ||W before||
+inline constexpr int64_t kRatioCount = 8; // update: steps in kRatioSum
+inline constexpr int64_t kSumColumns = 9;
+inline constexpr int64_t kNegMin = 9; // -(smallest finite element)
+inline constexpr int64_t kMax = 10; // largest finite element
+inline constexpr int64_t kAbsMax = 11; // largest |finite element|
+inline constexpr int64_t kNegFirstNonFinite = 12; // -(first step with one)
+inline constexpr int64_t kColumns = 13;
+} // namespace column
+
+// The row of a key that saw nothing: zeros, then -inf.
+TORCH_MONITOR_API void fillIdentity(double* row) noexcept;
+// Sets every row of `slots` ([keys, kColumns], float64, any device) to the
+// identity, without reading it (two small kernels on a device).
+TORCH_MONITOR_API void resetSlots(const at::Tensor& slots);
+// Merges `from` into `into` (host rows).
+TORCH_MONITOR_API void mergeRow(double* into, const double* from) noexcept;
+
+// Adds one observation of `values` (any floating dtype on the CPU; for an
+// update, `values` is the weight after the step and `before` the weight
+// before it, and the observation is their difference) to the host row
+// `row`. `step` is recorded as the first non-finite step when the
+// observation has a non-finite element. Reads the tensors in place, in one
+// pass (split over the intra-op threads for large tensors).
+TORCH_MONITOR_API void observeOnHost(
+    double* row,
+    const at::Tensor& values,
+    const at::Tensor* before,
+    double step);
+
+// The row of one observation, computed with ATen ops on the tensor's device
+// (nothing is read on the host): [kColumns] float64 on values.device(),
+// with the first non-finite step column left at -inf (see
+// markFirstNonFinite).
+TORCH_MONITOR_API at::Tensor rowOnDevice(
+    const at::Tensor& values,
+    const at::Tensor* before);
+
+// Merges `rows` ([k, kColumns]) into `slots` ([k, kColumns], a view of the
+// slot buffer, same device) when `gate` (a 0-d float64 tensor on that
+// device: the step when this step is observed, else -1) says so, filling
+// the first non-finite step column from the gate first. All device work: a
+// closed gate merges the identity.
+TORCH_MONITOR_API void mergeRowsOnDevice(
+    const at::Tensor& slots,
+    at::Tensor rows,
+    const at::Tensor& gate);
+
+// The statistics of a key's row, as the event data of a closed window:
+// "<key>.rms", ".mean", ".min", ".max", ".abs_max", ".norm", ".nonfinite"
+// (an int), ".zero_frac" and, with `withRatio`, ".ratio". Nothing when the
+// row has no observation. A statistic that no finite element defines (rms of
+// a tensor that was all NaN, say) is NaN.
+TORCH_MONITOR_API void appendStatistics(
+    std::unordered_map<std::string, data_value_t>& data,
+    const std::string& key,
+    const double* row,
+    bool withRatio);
+
+} // namespace torch_monitor::watch

@@ -1,0 +1,194 @@
+#include <torch_monitor/script/watch.h>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <torch/library.h>
+
+#include <torch_monitor/script/script_sinks.h>
+#include <torch_monitor/sinks/tensorboard_writer.h>
+
+namespace torch_monitor::script {
+namespace {
+
+using watch::Recorder;
+using Self = c10::intrusive_ptr<ScriptWatch>;
+
+c10::intrusive_ptr<ScriptWatch> makeWatch(
+    std::vector<std::string> paths,
+    std::vector<std::string> kinds,
+    int64_t windowSteps,
+    double windowSeconds,
+    int64_t every,
+    int64_t histogramsEvery,
+    const c10::IValue& writer,
+    bool memory,
+    bool syncRanks,
+    const std::string& device) {
+  TORCH_CHECK_VALUE(
+      paths.size() == kinds.size(),
+      "Watch: one kind per path, got ",
+      paths.size(),
+      " paths and ",
+      kinds.size(),
+      " kinds");
+  std::vector<watch::Key> keys;
+  keys.reserve(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    keys.push_back(watch::Key{std::move(paths[i]), watch::kindFromName(kinds[i])});
+  }
+  watch::RecorderOptions options;
+  TORCH_CHECK_VALUE(
+      windowSteps >= 0,
+      "torch_monitor.watch: window_steps must be at least 1, got ",
+      windowSteps);
+  options.windowSteps = windowSteps;
+  TORCH_CHECK_VALUE(
+      std::isfinite(windowSeconds) && windowSeconds >= 0.0,
+      "torch_monitor.watch: window_size must be a positive number of "
+      "seconds, got ",
+      windowSeconds);
+  options.windowSize = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(windowSeconds * 1000.0)));
+  TORCH_CHECK_VALUE(
+      windowSeconds == 0.0 || options.windowSize.count() > 0,
+      "torch_monitor.watch: window_size must be at least 1 ms");
+  options.every = every;
+  options.histogramsEvery = histogramsEvery;
+  if (!writer.isNone()) {
+    options.writer = std::dynamic_pointer_cast<sinks::TensorBoardWriter>(
+        ScriptSinkHolder::sinkOf(writer));
+    TORCH_CHECK_TYPE(
+        options.writer != nullptr,
+        "torch_monitor.watch: writer must be a torch_monitor.TensorBoardWriter "
+        "(histograms go to its event file), got ",
+        writer.tagKind());
+  }
+  options.memory = memory;
+  options.syncRanks = syncRanks; // the process default group
+  return c10::make_intrusive<ScriptWatch>(
+      Recorder::create(std::move(keys), std::move(options), c10::Device(device)));
+}
+
+} // namespace
+
+ScriptWatch::~ScriptWatch() = default;
+
+void registerWatch(torch::Library& m) {
+  auto cls = m.class_<ScriptWatch>("Watch");
+  cls.def(
+      torch::init(&makeWatch),
+      "Watch(paths, kinds, window_steps=0, window_seconds=0.0, every=1, "
+      "histograms_every=0, writer=None, memory=False, sync_ranks=False, "
+      "device='cpu'): the recorder of torch_monitor.watch(); keys "
+      "'<path>.<kind>' in slot order",
+      {torch::arg("paths"),
+       torch::arg("kinds"),
+       torch::arg("window_steps") = int64_t(0),
+       torch::arg("window_seconds") = 0.0,
+       torch::arg("every") = int64_t(1),
+       torch::arg("histograms_every") = int64_t(0),
+       torch::arg("writer") = c10::IValue(),
+       torch::arg("memory") = false,
+       torch::arg("sync_ranks") = false,
+       torch::arg("device") = std::string("cpu")});
+  cls.def(
+         "id",
+         [](const Self& self) { return self->recorder()->id(); },
+         "The id watch_observe_ takes")
+      .def(
+          "slots",
+          [](const Self& self) { return self->recorder()->slots(); },
+          "The slot buffer: [keys, columns] float64 on the watch's device")
+      .def(
+          "gate",
+          [](const Self& self) { return self->recorder()->gate(); },
+          "0-d float64: the step when it is observed, else -1")
+      .def(
+          "keys",
+          [](const Self& self) {
+            std::vector<std::string> names;
+            for (const auto& key : self->recorder()->keys()) {
+              names.push_back(key.name());
+            }
+            return names;
+          },
+          "'<path>.<kind>' per slot")
+      .def(
+          "device",
+          [](const Self& self) { return self->recorder()->device().str(); })
+      .def(
+          "move_to",
+          [](const Self& self, const std::string& device) {
+            self->recorder()->moveTo(c10::Device(device));
+          },
+          "Moves the slots and gate (read them again)",
+          {torch::arg("device")})
+      .def(
+          "observe",
+          [](const Self& self,
+             const std::vector<at::Tensor>& values,
+             const std::vector<int64_t>& keys,
+             const std::vector<at::Tensor>& before) {
+            const auto& r = self->recorder();
+            r->observe(r->slots(), r->gate(), values, keys, before);
+          },
+          "Observes values[i] as key keys[i] (before: the weights before "
+          "the step, for update keys)",
+          {torch::arg("values"),
+           torch::arg("keys"),
+           torch::arg("before") = c10::IValue(c10::List<at::Tensor>())})
+      .def(
+          "optimizer_stepped",
+          [](const Self& self) { self->recorder()->optimizerStepped(); },
+          "An optimizer step happened (the step count when no training step "
+          "is set)")
+      .def(
+          "current_step",
+          [](const Self& self) { return self->recorder()->currentStep(); })
+      .def(
+          "close",
+          [](const Self& self) { self->recorder()->close(); },
+          "Closes and logs the open window now")
+      .def(
+          "remove",
+          [](const Self& self) { self->recorder()->remove(); },
+          "Closes the open window and stops")
+      .def("removed", [](const Self& self) {
+        return self->recorder()->removed();
+      });
+
+  // The one op of an observation. It mutates `slots` (a!), which is what
+  // keeps it in compiled graphs and orders it there; `gate` carries the
+  // cadence on the device. `watch` names the recorder (Watch.id()), which
+  // serialises observations with window closes and writes histograms.
+  m.def(
+      "watch_observe_(Tensor(a!) slots, Tensor gate, Tensor[] values, "
+      "int[] keys, Tensor[] before, int watch) -> ()");
+  m.impl(
+      "watch_observe_",
+      c10::DispatchKey::CompositeExplicitAutograd,
+      [](const at::Tensor& slots,
+         const at::Tensor& gate,
+         at::TensorList values,
+         c10::IntArrayRef keys,
+         at::TensorList before,
+         int64_t watch) {
+        Recorder::observeById(watch, slots, gate, values, keys, before);
+      });
+  // Its fake: what a graph sees of it is the mutation of `slots`, whose
+  // shape does not change; nothing to compute while tracing.
+  m.impl(
+      "watch_observe_",
+      c10::DispatchKey::Meta,
+      [](const at::Tensor&,
+         const at::Tensor&,
+         at::TensorList,
+         c10::IntArrayRef,
+         at::TensorList,
+         int64_t) {});
+}
+
+} // namespace torch_monitor::script

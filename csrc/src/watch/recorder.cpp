@@ -1,0 +1,792 @@
+#include <torch_monitor/watch/recorder.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <unordered_map>
+#include <utility>
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/sub.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
+
+#include <torch_monitor/clock.h>
+#include <torch_monitor/detail/rank_post.h>
+#include <torch_monitor/event_handler.h>
+#include <torch_monitor/rank_sync.h>
+#include <torch_monitor/sinks/tensorboard_writer.h>
+#include <torch_monitor/stat.h>
+#include <torch_monitor/step.h>
+#include <torch_monitor/watch/memory.h>
+#include <torch_monitor/watch/statistics.h>
+
+namespace torch_monitor::watch {
+
+using column::kColumns;
+
+namespace {
+
+constexpr std::string_view kKindNames[] = {
+    "grad", "weight", "update", "output", "output_grad"};
+
+// The ranks' payloads: a header, then the memory counters, then every
+// key's row. An empty marker (a window this rank skipped) is the magic
+// alone.
+constexpr uint64_t kPayloadMagic = 0x31484354'41574d54; // "TMWATCH1"
+constexpr size_t kMemoryStats = 5;
+
+struct Payload {
+  uint64_t layoutHash = 0;
+  int64_t step = -1; // the step at which this rank closed the window
+  bool hasMemory = false;
+  int64_t memory[kMemoryStats] = {};
+  std::vector<double> rows;
+};
+
+template <typename T>
+void put(std::vector<uint8_t>& out, T v) {
+  const size_t at = out.size();
+  out.resize(at + sizeof v);
+  std::memcpy(out.data() + at, &v, sizeof v);
+}
+
+template <typename T>
+bool take(const std::vector<uint8_t>& in, size_t& at, T& v) {
+  if (at + sizeof v > in.size()) {
+    return false;
+  }
+  std::memcpy(&v, in.data() + at, sizeof v);
+  at += sizeof v;
+  return true;
+}
+
+std::vector<uint8_t> encode(const Payload& p) {
+  std::vector<uint8_t> out;
+  out.reserve(8 * (6 + kMemoryStats) + sizeof(double) * p.rows.size());
+  put(out, kPayloadMagic);
+  put(out, p.layoutHash);
+  put(out, p.step);
+  put(out, uint64_t(p.hasMemory));
+  for (int64_t m : p.memory) {
+    put(out, m);
+  }
+  put(out, uint64_t(p.rows.size()));
+  const size_t at = out.size();
+  out.resize(at + sizeof(double) * p.rows.size());
+  std::memcpy(out.data() + at, p.rows.data(), sizeof(double) * p.rows.size());
+  return out;
+}
+
+std::vector<uint8_t> emptyMarker() {
+  std::vector<uint8_t> out;
+  put(out, kPayloadMagic);
+  return out;
+}
+
+// Nothing for an empty marker or bytes that are not a payload.
+std::optional<Payload> decode(const std::vector<uint8_t>& in) {
+  size_t at = 0;
+  uint64_t magic = 0;
+  Payload p;
+  uint64_t hasMemory = 0;
+  uint64_t n = 0;
+  if (!take(in, at, magic) || magic != kPayloadMagic ||
+      !take(in, at, p.layoutHash) || !take(in, at, p.step) ||
+      !take(in, at, hasMemory)) {
+    return std::nullopt;
+  }
+  for (int64_t& m : p.memory) {
+    if (!take(in, at, m)) {
+      return std::nullopt;
+    }
+  }
+  if (!take(in, at, n) || in.size() - at != n * sizeof(double)) {
+    return std::nullopt;
+  }
+  p.hasMemory = hasMemory != 0;
+  p.rows.resize(n);
+  std::memcpy(p.rows.data(), in.data() + at, n * sizeof(double));
+  return p;
+}
+
+uint64_t fnv1a(uint64_t hash, std::string_view text) {
+  for (unsigned char c : text) {
+    hash = (hash ^ c) * 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+// The events of one window: the statistics of every key that saw an
+// observation (plus the memory counters), and the keys that saw non-finite
+// values with the first step they did. Nothing when no key saw anything.
+std::vector<Event> eventsOf(
+    const std::vector<Key>& keys,
+    const double* rows,
+    std::optional<int64_t> step,
+    const std::vector<std::pair<std::string, int64_t>>& memory,
+    std::optional<int64_t> ranks) {
+  Event watch;
+  watch.name = kWatchEventName;
+  watch.timestamp = std::chrono::system_clock::now();
+  watch.step = step;
+  Event nonFinite = watch;
+  nonFinite.name = kNonFiniteEventName;
+  watch.data.reserve(keys.size() * 9 + memory.size() + 1);
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const double* row = rows + k * kColumns;
+    const std::string name = keys[k].name();
+    appendStatistics(watch.data, name, row, keys[k].kind == Kind::Update);
+    if (row[column::kNonFinite] > 0.0) {
+      nonFinite.data.emplace(
+          name, static_cast<int64_t>(-row[column::kNegFirstNonFinite]));
+    }
+  }
+  std::vector<Event> events;
+  if (watch.data.empty()) {
+    return events;
+  }
+  for (const auto& [name, value] : memory) {
+    watch.data.emplace(name, value);
+  }
+  if (ranks) {
+    // Keyed like the statistics: one TensorBoard tag of its own.
+    watch.data.emplace("watch.ranks", *ranks);
+  }
+  events.push_back(std::move(watch));
+  if (!nonFinite.data.empty()) {
+    events.push_back(std::move(nonFinite));
+  }
+  return events;
+}
+
+void dispatchAll(const std::vector<Event>& events) {
+  std::exception_ptr first;
+  for (const Event& event : events) {
+    try {
+      detail::dispatchEvent(event);
+    } catch (...) {
+      if (!first) {
+        first = std::current_exception();
+      }
+    }
+  }
+  if (first) {
+    std::rethrow_exception(first);
+  }
+}
+
+// Live recorders by id. Never destroyed: recorders may outlive static
+// destruction's order (a Python object freed at exit).
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<int64_t, std::weak_ptr<Recorder>> byId;
+  int64_t nextId = 1;
+  int64_t synced = 0; // recorders that sync ranks, for their Store names
+
+  static Registry& get() {
+    static Registry* registry = [] {
+      auto* r = new Registry();
+      // The rank sync's exit hook (flush) must run after ours (close and
+      // post): exit hooks run in reverse order, so it is registered first.
+      (void)defaultRankGroup();
+      std::atexit([] { Recorder::closeAll(); });
+      return r;
+    }();
+    return *registry;
+  }
+};
+
+int64_t wallClockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+} // namespace
+
+std::string_view kindName(Kind kind) noexcept {
+  return kKindNames[static_cast<int>(kind)];
+}
+
+Kind kindFromName(std::string_view name) {
+  for (int i = 0; i < 5; ++i) {
+    if (kKindNames[i] == name) {
+      return static_cast<Kind>(i);
+    }
+  }
+  TORCH_CHECK_VALUE(
+      false,
+      "torch_monitor.watch: unknown kind '",
+      std::string(name),
+      "'; what= takes \"grad\", \"weight\", \"update\", \"output\" and "
+      "\"output_grad\"");
+}
+
+std::string Key::name() const {
+  return path + "." + std::string(kindName(kind));
+}
+
+// A window read from the slots: the host copy of every row, and what its
+// event needs.
+struct Recorder::Closed {
+  at::Tensor rows; // [keys, kColumns] float64 on the CPU
+  std::optional<int64_t> step;
+  int64_t index = 0; // the window's index, for the ranks
+  std::vector<std::pair<std::string, int64_t>> memory;
+};
+
+struct Recorder::StepListener final : detail::StepListener {
+  std::weak_ptr<Recorder> recorder;
+  void onStep(int64_t step) override {
+    if (auto r = recorder.lock()) {
+      r->onStep(step);
+    }
+  }
+};
+
+Recorder::Recorder(
+    std::vector<Key> keys,
+    RecorderOptions options,
+    c10::Device device)
+    : id_([] {
+        Registry& r = Registry::get();
+        std::lock_guard<std::mutex> guard(r.mutex);
+        return r.nextId++;
+      }()),
+      keys_(std::move(keys)),
+      options_(std::move(options)) {
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
+  slots_ = at::empty({int64_t(keys_.size()), kColumns}, f64);
+  resetSlots(slots_);
+  gate_ = at::scalar_tensor(0.0, f64);
+  histogramStep_.assign(keys_.size(), -1);
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const Key& key : keys_) {
+    hash = fnv1a(fnv1a(hash, key.name()), "\n");
+  }
+  layoutHash_ = hash;
+}
+
+std::shared_ptr<Recorder> Recorder::create(
+    std::vector<Key> keys,
+    RecorderOptions options,
+    c10::Device device) {
+  const bool bySteps = options.windowSteps > 0;
+  const bool byTime = options.windowSize.count() > 0;
+  TORCH_CHECK_VALUE(
+      bySteps != byTime,
+      "torch_monitor.watch: give exactly one window: window_steps (training "
+      "steps) or window_size (time), got ",
+      bySteps && byTime ? "both" : "neither (or a window of 0)");
+  TORCH_CHECK_VALUE(
+      options.windowSteps >= 0,
+      "torch_monitor.watch: window_steps must be at least 1, got ",
+      options.windowSteps);
+  TORCH_CHECK_VALUE(
+      options.every >= 1,
+      "torch_monitor.watch: every must be at least 1 (observe every k-th "
+      "step), got ",
+      options.every);
+  TORCH_CHECK_VALUE(
+      options.histogramsEvery >= 0,
+      "torch_monitor.watch: histograms_every must be at least 1 (or None), "
+      "got ",
+      options.histogramsEvery);
+  TORCH_CHECK_VALUE(
+      options.histogramsEvery == 0 || options.writer != nullptr,
+      "torch_monitor.watch: histograms_every needs a writer "
+      "(a torch_monitor.TensorBoardWriter) to write the histograms to");
+  TORCH_CHECK_VALUE(
+      !keys.empty(),
+      "torch_monitor.watch: nothing to watch (no parameter or module "
+      "matched)");
+  std::shared_ptr<Recorder> r(
+      new Recorder(std::move(keys), std::move(options), device));
+  if (r->options_.syncRanks) {
+    detail::enableRankSync(r.get(), r->options_.group);
+  }
+  {
+    Registry& registry = Registry::get();
+    std::lock_guard<std::mutex> guard(registry.mutex);
+    registry.byId.emplace(r->id_, r);
+    if (r->options_.syncRanks) {
+      r->syncName_ = "torch_monitor.Watch#" + std::to_string(registry.synced++);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> guard(r->mutex_);
+    r->startLocked(r->currentStep());
+  }
+  r->listener_ = std::make_shared<StepListener>();
+  r->listener_->recorder = r;
+  detail::addStepListener(r->listener_);
+  return r;
+}
+
+Recorder::~Recorder() {
+  if (listener_) {
+    detail::removeStepListener(listener_.get());
+  }
+  {
+    Registry& registry = Registry::get();
+    std::lock_guard<std::mutex> guard(registry.mutex);
+    registry.byId.erase(id_);
+  }
+  if (!removed_) {
+    // A recorder nobody removed logs its last window, as a Stat does.
+    try {
+      std::optional<Closed> closed;
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        removed_ = true;
+        closed = closeLocked(currentStep(), /*onlyIfObserved=*/true);
+      }
+      if (closed) {
+        publish(std::move(*closed));
+      }
+    } catch (const std::exception& e) {
+      TORCH_WARN(
+          "torch_monitor.watch: could not log the last window: ", e.what());
+    }
+  }
+  if (options_.syncRanks) {
+    detail::disableRankSync(this);
+  }
+}
+
+at::Tensor Recorder::slots() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return slots_;
+}
+
+at::Tensor Recorder::gate() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return gate_;
+}
+
+c10::Device Recorder::device() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return slots_.device();
+}
+
+void Recorder::moveTo(c10::Device device) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (slots_.device() == device) {
+    return;
+  }
+  slots_ = slots_.to(device);
+  gate_ = gate_.to(device);
+}
+
+bool Recorder::removed() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return removed_;
+}
+
+int64_t Recorder::currentStep() const {
+  return getStep().value_or(ownSteps_.load(std::memory_order_relaxed));
+}
+
+void Recorder::startLocked(int64_t step) {
+  if (options_.windowSteps > 0) {
+    windowIndex_ = step / options_.windowSteps;
+  } else {
+    const int64_t length = options_.windowSize.count();
+    windowEndMs_ = (readClock(ClockSource::PRECISE) / length + 1) * length;
+  }
+  setGateLocked(step);
+}
+
+void Recorder::setGateLocked(int64_t step) {
+  // The one place the cadence is decided: everything observed afterwards,
+  // eager or compiled or replayed from a captured graph, reads the gate.
+  const double value = step % options_.every == 0 ? double(step) : -1.0;
+  if (value != gateValue_) {
+    gate_.fill_(value);
+    gateValue_ = value;
+  }
+}
+
+void Recorder::onStep(int64_t step) {
+  std::optional<Closed> closed;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (removed_) {
+      return;
+    }
+    if (options_.windowSteps > 0) {
+      const int64_t index = step / options_.windowSteps;
+      if (index != windowIndex_) {
+        closed = closeLocked(step);
+        windowIndex_ = index;
+      }
+    } else {
+      const int64_t now = readClock(ClockSource::PRECISE);
+      if (now >= windowEndMs_) {
+        closed = closeLocked(step);
+        const int64_t length = options_.windowSize.count();
+        windowEndMs_ = (now / length + 1) * length;
+      }
+    }
+    setGateLocked(step);
+  }
+  if (closed) {
+    publish(std::move(*closed));
+  }
+}
+
+void Recorder::optimizerStepped() {
+  bool own = false;
+  int64_t step = 0;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    ++ownSteps_;
+    own = !getStep().has_value();
+    step = ownSteps_;
+  }
+  if (own) {
+    onStep(step);
+  }
+}
+
+std::optional<Recorder::Closed> Recorder::closeLocked(
+    std::optional<int64_t> eventStep,
+    bool onlyIfObserved) {
+  Closed c;
+  c.step = eventStep;
+  const bool read = observedSinceClose_ || (deviceUsed_ && !onlyIfObserved);
+  observedSinceClose_ = false;
+  if (read) {
+    // The one host read of the window, on the stream that wrote last; the
+    // reset is queued behind it there.
+    std::optional<c10::StreamGuard> onWriter;
+    if (!slots_.is_cpu()) {
+      onWriter.emplace(c10::impl::VirtualGuardImpl(slots_.device().type())
+                           .getStream(slots_.device()));
+    }
+    c.rows = slots_.is_cpu() ? slots_.clone() : slots_.to(at::kCPU);
+    resetSlots(slots_);
+  }
+  if (options_.windowSteps > 0) {
+    c.index = windowIndex_;
+  } else {
+    // Monotonic clocks differ between machines: the window is named by the
+    // wall-clock window holding its middle (as for a Stat's time windows).
+    const int64_t length = options_.windowSize.count();
+    const int64_t middle = windowEndMs_ - length / 2;
+    c.index =
+        (middle + (wallClockMs() - readClock(ClockSource::PRECISE))) / length;
+  }
+  if (options_.memory) {
+    c.memory = deviceMemoryStats(slots_.device());
+  }
+  return c;
+}
+
+void Recorder::publish(Closed c) {
+  // Nothing observed: nothing to log here, and an empty marker for the ranks
+  // (rank 0 still merges the window: other ranks may have observed).
+  const bool empty = !c.rows.defined();
+  const double* rows = empty ? nullptr : c.rows.const_data_ptr<double>();
+  if (options_.syncRanks) {
+    std::vector<uint8_t> payload = emptyMarker();
+    if (!empty) {
+      Payload p;
+      p.layoutHash = layoutHash_;
+      p.step = c.step.value_or(-1);
+      p.hasMemory = !c.memory.empty();
+      for (size_t i = 0; i < c.memory.size() && i < kMemoryStats; ++i) {
+        p.memory[i] = c.memory[i].second;
+      }
+      p.rows.assign(rows, rows + c.rows.numel());
+      payload = encode(p);
+    }
+    // Merged on the rank sync thread from copies: this recorder may be
+    // gone by then.
+    detail::MergedPayloadBuilder merge =
+        [keys = keys_, hash = layoutHash_](
+            const std::vector<std::vector<uint8_t>>& values) {
+          std::vector<double> merged(keys.size() * kColumns);
+          for (size_t k = 0; k < keys.size(); ++k) {
+            fillIdentity(merged.data() + k * kColumns);
+          }
+          std::optional<int64_t> step;
+          std::vector<std::pair<std::string, int64_t>> memory;
+          bool mismatch = false;
+          for (const auto& bytes : values) {
+            const auto share = decode(bytes);
+            if (!share) {
+              continue; // an empty marker: the rank observed nothing
+            }
+            if (share->layoutHash != hash ||
+                share->rows.size() != merged.size()) {
+              mismatch = true;
+              continue;
+            }
+            for (size_t k = 0; k < keys.size(); ++k) {
+              mergeRow(
+                  merged.data() + k * kColumns,
+                  share->rows.data() + k * kColumns);
+            }
+            if (share->step >= 0) {
+              step = std::min(step.value_or(share->step), share->step);
+            }
+            if (share->hasMemory) {
+              const auto& names = deviceMemoryStatNames();
+              if (memory.empty()) {
+                for (size_t i = 0; i < kMemoryStats; ++i) {
+                  memory.emplace_back(names[i], share->memory[i]);
+                }
+              } else {
+                // Sizes: the largest rank's (the one nearest to running
+                // out); counts of retries and OOMs: all ranks'.
+                for (size_t i = 0; i < kMemoryStats; ++i) {
+                  memory[i].second = i < 3
+                      ? std::max(memory[i].second, share->memory[i])
+                      : memory[i].second + share->memory[i];
+                }
+              }
+            }
+          }
+          if (mismatch) {
+            TORCH_WARN(
+                "torch_monitor.watch: a rank watches other keys than rank 0 "
+                "(another model or other include/exclude); its window is left "
+                "out of the merge");
+          }
+          return eventsOf(
+              keys, merged.data(), step, memory, int64_t(values.size()));
+        };
+    // Ranks whose watches differ (another model, other include/exclude)
+    // are refused by rank 0 and log their windows themselves.
+    if (detail::postRankPayload(
+            this,
+            syncName_,
+            "watch " + syncName_,
+            c.index,
+            std::move(payload),
+            emptyMarker(),
+            "a watch of " + std::to_string(keys_.size()) + " keys (layout " +
+                std::to_string(layoutHash_) + ")",
+            std::move(merge))) {
+      return;
+    }
+  }
+  if (!empty) {
+    dispatchAll(eventsOf(keys_, rows, c.step, c.memory, std::nullopt));
+  }
+}
+
+void Recorder::close() {
+  std::optional<Closed> closed;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (removed_) {
+      return;
+    }
+    closed = closeLocked(currentStep());
+  }
+  if (closed) {
+    publish(std::move(*closed));
+  }
+}
+
+void Recorder::remove() {
+  std::optional<Closed> closed;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (removed_) {
+      return;
+    }
+    removed_ = true;
+    closed = closeLocked(currentStep());
+  }
+  if (listener_) {
+    detail::removeStepListener(listener_.get());
+  }
+  if (closed) {
+    publish(std::move(*closed));
+  }
+}
+
+void Recorder::closeAll() noexcept {
+  std::vector<std::shared_ptr<Recorder>> live;
+  {
+    Registry& r = Registry::get();
+    std::lock_guard<std::mutex> guard(r.mutex);
+    for (const auto& [id, weak] : r.byId) {
+      if (auto recorder = weak.lock()) {
+        live.push_back(std::move(recorder));
+      }
+    }
+  }
+  std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) {
+    return a->id_ < b->id_;
+  });
+  for (const auto& recorder : live) {
+    try {
+      recorder->close();
+    } catch (const std::exception& e) {
+      TORCH_WARN(
+          "torch_monitor.watch: could not log a watch's last window: ",
+          e.what());
+    }
+  }
+}
+
+std::shared_ptr<Recorder> Recorder::find(int64_t id) {
+  Registry& r = Registry::get();
+  std::lock_guard<std::mutex> guard(r.mutex);
+  const auto it = r.byId.find(id);
+  return it == r.byId.end() ? nullptr : it->second.lock();
+}
+
+void Recorder::observeById(
+    int64_t id,
+    const at::Tensor& slots,
+    const at::Tensor& gate,
+    at::TensorList values,
+    c10::IntArrayRef keys,
+    at::TensorList before) {
+  if (auto r = find(id)) {
+    r->observe(slots, gate, values, keys, before);
+  }
+}
+
+void Recorder::observe(
+    const at::Tensor& slots,
+    const at::Tensor& gate,
+    at::TensorList values,
+    c10::IntArrayRef keys,
+    at::TensorList before) {
+  TORCH_CHECK_VALUE(
+      values.size() == keys.size(),
+      "watch_observe_: ",
+      values.size(),
+      " tensors for ",
+      keys.size(),
+      " keys");
+  TORCH_CHECK_VALUE(
+      before.empty() || before.size() == values.size(),
+      "watch_observe_: `before` must be empty or hold one tensor per value");
+  TORCH_CHECK_VALUE(
+      slots.dim() == 2 && slots.size(0) == int64_t(keys_.size()) &&
+          slots.size(1) == kColumns && slots.scalar_type() == at::kDouble &&
+          gate.device() == slots.device(),
+      "watch_observe_: slots and gate are not this watch's");
+  // The statistics are no part of any autograd graph.
+  at::NoGradGuard noGrad;
+  const bool slotsOnCpu = slots.is_cpu();
+  const bool forceDevicePath = test_hooks::cpuTensorsTakeDevicePath();
+  std::vector<at::Tensor> rows;
+  std::vector<int64_t> rowKeys;
+  std::vector<size_t> observed; // indexes of values, for the histograms
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (removed_) {
+      return;
+    }
+    double gateValue = -1.0;
+    bool gateRead = false;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const at::Tensor& x = values[i];
+      const int64_t key = keys[i];
+      TORCH_CHECK_INDEX(
+          key >= 0 && key < int64_t(keys_.size()),
+          "watch_observe_: key ",
+          key,
+          " out of range");
+      const at::Tensor* b = before.empty() ? nullptr : &before[i];
+      if (!x.defined() || x.numel() == 0 ||
+          !at::isFloatingType(x.scalar_type()) ||
+          (b != nullptr && !b->defined())) {
+        continue;
+      }
+      observed.push_back(i);
+      if (x.is_cpu() && slotsOnCpu && !forceDevicePath) {
+        // The host path: the gate is a CPU number, read here for free.
+        if (!gateRead) {
+          gateValue = *gate.const_data_ptr<double>();
+          gateRead = true;
+        }
+        if (gateValue >= 0.0) {
+          observeOnHost(
+              slots.data_ptr<double>() + key * kColumns, x, b, gateValue);
+          observedSinceClose_ = true;
+        }
+        continue;
+      }
+      TORCH_CHECK_VALUE(
+          !slotsOnCpu || x.is_cpu(),
+          "torch_monitor.watch: ",
+          keys_[key].name(),
+          " is on ",
+          x.device(),
+          " but the watch keeps its statistics on the CPU (the model's "
+          "device when watch() was called); moving them there would wait "
+          "for the device at every step. Call watch() after model.to(device)");
+      rows.push_back(rowOnDevice(x, b).to(slots.device(), /*non_blocking=*/true));
+      rowKeys.push_back(key);
+      observedSinceClose_ = true;
+      deviceUsed_ = true;
+    }
+    if (!rows.empty()) {
+      const at::Tensor stacked = at::stack(rows);
+      const int64_t n = int64_t(rowKeys.size());
+      bool contiguous = true;
+      for (int64_t j = 1; j < n && contiguous; ++j) {
+        contiguous = rowKeys[j] == rowKeys[0] + j;
+      }
+      if (contiguous) {
+        mergeRowsOnDevice(slots.narrow(0, rowKeys[0], n), stacked, gate);
+      } else {
+        for (int64_t j = 0; j < n; ++j) {
+          mergeRowsOnDevice(
+              slots.narrow(0, rowKeys[j], 1), stacked.narrow(0, j, 1), gate);
+        }
+      }
+    }
+  }
+  if (options_.histogramsEvery > 0 && !observed.empty()) {
+    const int64_t step = currentStep();
+    if (step % options_.histogramsEvery == 0) {
+      writeHistograms(values, keys, before, step);
+    }
+  }
+}
+
+void Recorder::writeHistograms(
+    at::TensorList values,
+    c10::IntArrayRef keys,
+    at::TensorList before,
+    int64_t step) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    const at::Tensor& x = values[i];
+    if (!x.defined() || x.numel() == 0 ||
+        !at::isFloatingType(x.scalar_type())) {
+      continue;
+    }
+    const int64_t key = keys[i];
+    {
+      // One histogram per key and step: the first observation of it (a
+      // gradient accumulated over several backwards is observed each time).
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (histogramStep_[key] == step) {
+        continue;
+      }
+      histogramStep_[key] = step;
+    }
+    const at::Tensor shown = before.empty() ? x : at::sub(x, before[i]);
+    options_.writer->addHistogram(keys_[key].name(), shown, step);
+  }
+}
+
+} // namespace torch_monitor::watch

@@ -1,0 +1,406 @@
+#include <torch_monitor/watch/statistics.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/ge.h>
+#include <ATen/ops/gt.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/logical_and.h>
+#include <ATen/ops/logical_not.h>
+#include <ATen/ops/maximum.h>
+#include <ATen/ops/neg.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/sqrt.h>
+#include <ATen/ops/square.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/sub.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/where.h>
+#include <c10/util/Exception.h>
+
+namespace torch_monitor::watch {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// One pass over (part of) a tensor.
+struct Partial {
+  double nonFinite = 0;
+  double zeros = 0;
+  double sum = 0;
+  double sumSquares = 0;
+  double min = kInf;
+  double max = -kInf;
+  double absMax = -kInf;
+  double beforeSquares = 0; // update: ||W before||^2, every element
+
+  void merge(const Partial& o) noexcept {
+    nonFinite += o.nonFinite;
+    zeros += o.zeros;
+    sum += o.sum;
+    sumSquares += o.sumSquares;
+    min = std::min(min, o.min);
+    max = std::max(max, o.max);
+    absMax = std::max(absMax, o.absMax);
+    beforeSquares += o.beforeSquares;
+  }
+};
+
+// The element of an update is the difference as torch computes it in the
+// tensor's own dtype (so a float16 delta is rounded to float16, as
+// `after - before` would be), then widened to double.
+template <typename T, bool kDelta>
+inline double elementAt(const T* x, const T* b, int64_t i) {
+  using Wide = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  if constexpr (kDelta) {
+    const Wide d = static_cast<Wide>(x[i]) - static_cast<Wide>(b[i]);
+    if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
+      return static_cast<double>(d);
+    } else {
+      return static_cast<double>(static_cast<Wide>(static_cast<T>(d)));
+    }
+  } else {
+    return static_cast<double>(static_cast<Wide>(x[i]));
+  }
+}
+
+// One element into a Partial (the tails, and dtypes without a vector path).
+template <typename T, bool kDelta>
+inline void addScalar(Partial& p, const T* x, const T* b, int64_t i) {
+  const double v = elementAt<T, kDelta>(x, b, i);
+  // v - v is 0 for a finite v and NaN for NaN and +-inf.
+  if ((v - v) == 0.0) {
+    p.sum += v;
+    p.sumSquares += v * v;
+    p.min = std::min(p.min, v);
+    p.max = std::max(p.max, v);
+    p.absMax = std::max(p.absMax, std::fabs(v));
+    p.zeros += v == 0.0 ? 1.0 : 0.0;
+  } else {
+    p.nonFinite += 1.0;
+  }
+  if constexpr (kDelta) {
+    const double w = static_cast<double>(b[i]);
+    p.beforeSquares += w * w;
+  }
+}
+
+// The scan of float and double tensors: four elements at a time in float64
+// lanes (GCC vector extensions), every statistic in the same pass, without
+// a branch. Compiled twice (target_clones): for AVX2 where the CPU has it,
+// else for the x86-64 baseline; the dynamic loader picks one.
+using V4 = double __attribute__((vector_size(32)));
+using M4 = int64_t __attribute__((vector_size(32)));
+using F4 = float __attribute__((vector_size(16)));
+
+template <typename T, bool kDelta>
+[[gnu::always_inline]] inline Partial scanVector(
+    const T* x,
+    const T* b,
+    int64_t begin,
+    int64_t end) {
+  const V4 inf = {kInf, kInf, kInf, kInf};
+  const V4 zero = {0, 0, 0, 0};
+  const M4 noSign = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX};
+  V4 sum = zero, squares = zero, beforeSquares = zero;
+  V4 lo = inf, hi = -inf, absHi = -inf;
+  M4 nonFinite = {0, 0, 0, 0}, zeros = {0, 0, 0, 0};
+  int64_t i = begin;
+  for (; i + 4 <= end; i += 4) {
+    V4 v;
+    if constexpr (std::is_same_v<T, float>) {
+      F4 xs;
+      std::memcpy(&xs, x + i, sizeof xs);
+      if constexpr (kDelta) {
+        F4 bs;
+        std::memcpy(&bs, b + i, sizeof bs);
+        xs = xs - bs; // in float, as torch subtracts float tensors
+        const V4 w = __builtin_convertvector(bs, V4);
+        beforeSquares += w * w;
+      }
+      v = __builtin_convertvector(xs, V4);
+    } else {
+      std::memcpy(&v, x + i, sizeof v);
+      if constexpr (kDelta) {
+        V4 w;
+        std::memcpy(&w, b + i, sizeof w);
+        v = v - w;
+        beforeSquares += w * w;
+      }
+    }
+    const M4 finite = (v - v) == zero; // -1 where finite; 0 for NaN, +-inf
+    const V4 kept = (V4)((M4)v & finite);
+    nonFinite += finite + 1;
+    zeros -= v == zero;
+    sum += kept;
+    squares += kept * kept;
+    const V4 low = finite ? v : inf;
+    const V4 high = finite ? v : -inf;
+    lo = low < lo ? low : lo;
+    hi = high > hi ? high : hi;
+    const V4 magnitude = (V4)((M4)kept & noSign);
+    absHi = magnitude > absHi ? magnitude : absHi;
+  }
+  Partial p;
+  for (int j = 0; j < 4; ++j) {
+    p.nonFinite += double(nonFinite[j]);
+    p.zeros += double(zeros[j]);
+    p.sum += sum[j];
+    p.sumSquares += squares[j];
+    p.min = std::min(p.min, lo[j]);
+    p.max = std::max(p.max, hi[j]);
+    p.absMax = std::max(p.absMax, absHi[j]);
+    p.beforeSquares += beforeSquares[j];
+  }
+  for (; i < end; ++i) {
+    addScalar<T, kDelta>(p, x, b, i);
+  }
+  return p;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TORCH_MONITOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define TORCH_MONITOR_CLONES
+#endif
+
+TORCH_MONITOR_CLONES Partial
+scanFloat(const float* x, const float* b, int64_t begin, int64_t end) {
+  return b == nullptr ? scanVector<float, false>(x, b, begin, end)
+                      : scanVector<float, true>(x, b, begin, end);
+}
+TORCH_MONITOR_CLONES Partial
+scanDouble(const double* x, const double* b, int64_t begin, int64_t end) {
+  return b == nullptr ? scanVector<double, false>(x, b, begin, end)
+                      : scanVector<double, true>(x, b, begin, end);
+}
+
+template <typename T, bool kDelta>
+Partial scan(const T* x, const T* b, int64_t begin, int64_t end) {
+  if constexpr (std::is_same_v<T, float>) {
+    return scanFloat(x, kDelta ? b : nullptr, begin, end);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return scanDouble(x, kDelta ? b : nullptr, begin, end);
+  } else {
+    // float16, bfloat16: one element at a time (rare on a CPU).
+    Partial p;
+    for (int64_t i = begin; i < end; ++i) {
+      addScalar<T, kDelta>(p, x, b, i);
+    }
+    return p;
+  }
+}
+
+// Elements per chunk: below it one thread scans the tensor; above, chunks
+// are scanned by the intra-op threads and merged in chunk order (the
+// result does not depend on the thread count).
+constexpr int64_t kChunk = int64_t(1) << 16;
+
+template <typename T, bool kDelta>
+Partial scanAll(const T* x, const T* b, int64_t n) {
+  if (n <= kChunk) {
+    return scan<T, kDelta>(x, b, 0, n);
+  }
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<Partial> parts(chunks);
+  at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t c = first; c < last; ++c) {
+      parts[c] = scan<T, kDelta>(
+          x, b, c * kChunk, std::min(n, (c + 1) * kChunk));
+    }
+  });
+  Partial p;
+  for (const Partial& part : parts) {
+    p.merge(part);
+  }
+  return p;
+}
+
+at::Tensor scalarLike(double v, const at::TensorOptions& options) {
+  return at::scalar_tensor(v, options);
+}
+
+} // namespace
+
+void fillIdentity(double* row) noexcept {
+  for (int64_t c = 0; c < column::kColumns; ++c) {
+    row[c] = c < column::kSumColumns ? 0.0 : -kInf;
+  }
+}
+
+void resetSlots(const at::Tensor& slots) {
+  slots.narrow(1, 0, column::kSumColumns).zero_();
+  slots.narrow(1, column::kSumColumns, column::kColumns - column::kSumColumns)
+      .fill_(-kInf);
+}
+
+void mergeRow(double* into, const double* from) noexcept {
+  for (int64_t c = 0; c < column::kSumColumns; ++c) {
+    into[c] += from[c];
+  }
+  for (int64_t c = column::kSumColumns; c < column::kColumns; ++c) {
+    into[c] = std::max(into[c], from[c]);
+  }
+}
+
+void observeOnHost(
+    double* row,
+    const at::Tensor& values,
+    const at::Tensor* before,
+    double step) {
+  const int64_t n = values.numel();
+  if (n == 0) {
+    return;
+  }
+  // In place when contiguous (parameters and gradients are); a copy
+  // otherwise (a transposed output, say).
+  const at::Tensor x = values.contiguous();
+  at::Tensor b;
+  if (before != nullptr) {
+    TORCH_CHECK_VALUE(
+        before->sizes() == values.sizes() &&
+            before->scalar_type() == values.scalar_type() &&
+            before->device() == values.device(),
+        "torch_monitor.watch: an update needs the weight before the step "
+        "with the weight's shape, dtype and device");
+    b = before->contiguous();
+  }
+  Partial p;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, x.scalar_type(), "watch_observe", [&] {
+        const auto* xs = x.const_data_ptr<scalar_t>();
+        if (b.defined()) {
+          p = scanAll<scalar_t, true>(xs, b.const_data_ptr<scalar_t>(), n);
+        } else {
+          p = scanAll<scalar_t, false>(xs, nullptr, n);
+        }
+      });
+  using namespace column;
+  const double norm = std::sqrt(p.sumSquares);
+  row[kElements] += double(n);
+  row[kNonFinite] += p.nonFinite;
+  row[kZeros] += p.zeros;
+  row[kSum] += p.sum;
+  row[kSumSquares] += p.sumSquares;
+  row[kNormSum] += norm;
+  row[kObservations] += 1.0;
+  if (b.defined()) {
+    const double beforeNorm = std::sqrt(p.beforeSquares);
+    // A weight that was 0 (a bias initialised to zeros) or not finite has
+    // no relative update: that step is left out of the ratio's mean.
+    if (std::isfinite(beforeNorm) && beforeNorm > 0.0) {
+      row[kRatioSum] += norm / beforeNorm;
+      row[kRatioCount] += 1.0;
+    }
+  }
+  row[kNegMin] = std::max(row[kNegMin], -p.min);
+  row[kMax] = std::max(row[kMax], p.max);
+  row[kAbsMax] = std::max(row[kAbsMax], p.absMax);
+  if (p.nonFinite > 0) {
+    row[kNegFirstNonFinite] = std::max(row[kNegFirstNonFinite], -step);
+  }
+}
+
+at::Tensor rowOnDevice(const at::Tensor& values, const at::Tensor* before) {
+  // float64 throughout, as on the host, so both paths give the same sums.
+  at::Tensor v = before != nullptr ? at::sub(values, *before) : values;
+  const at::Tensor x = v.reshape({-1}).to(at::kDouble);
+  const auto options = x.options();
+  const at::Tensor finite = at::isfinite(x);
+  const at::Tensor kept = at::where(finite, x, 0.0);
+  const at::Tensor sumSquares = at::sum(at::square(kept));
+  const at::Tensor norm = at::sqrt(sumSquares);
+  at::Tensor ratioSum = scalarLike(0.0, options);
+  at::Tensor ratioCount = ratioSum;
+  if (before != nullptr) {
+    const at::Tensor beforeNorm =
+        at::sqrt(at::sum(at::square(before->reshape({-1}).to(at::kDouble))));
+    const at::Tensor counted = at::logical_and(
+        at::isfinite(beforeNorm), at::gt(beforeNorm, 0.0));
+    ratioSum = at::where(counted, at::div(norm, beforeNorm), 0.0);
+    ratioCount = counted.to(at::kDouble);
+  }
+  return at::stack({
+      scalarLike(double(x.numel()), options),
+      at::sum(at::logical_not(finite), at::kDouble),
+      at::sum(at::eq(x, 0.0), at::kDouble),
+      at::sum(kept),
+      sumSquares,
+      norm,
+      scalarLike(1.0, options),
+      ratioSum,
+      ratioCount,
+      at::amax(at::where(finite, at::neg(x), -kInf)),
+      at::amax(at::where(finite, x, -kInf)),
+      at::amax(at::abs(kept)),
+      scalarLike(-kInf, options),
+  });
+}
+
+void mergeRowsOnDevice(
+    const at::Tensor& slots,
+    at::Tensor rows,
+    const at::Tensor& gate) {
+  using namespace column;
+  if (rows.device() != slots.device()) {
+    rows = rows.to(slots.device(), /*non_blocking=*/true);
+  }
+  // The first non-finite step is the gate's step (the step being observed).
+  rows.select(1, kNegFirstNonFinite)
+      .copy_(at::where(
+          at::gt(rows.select(1, kNonFinite), 0.0), at::neg(gate), -kInf));
+  const at::Tensor open = at::ge(gate, 0.0);
+  slots.narrow(1, 0, kSumColumns)
+      .add_(at::where(open, rows.narrow(1, 0, kSumColumns), 0.0));
+  at::Tensor extremes =
+      slots.narrow(1, kSumColumns, kColumns - kSumColumns);
+  at::maximum_out(
+      extremes,
+      extremes,
+      at::where(open, rows.narrow(1, kSumColumns, kColumns - kSumColumns), -kInf));
+}
+
+void appendStatistics(
+    std::unordered_map<std::string, data_value_t>& data,
+    const std::string& key,
+    const double* row,
+    bool withRatio) {
+  using namespace column;
+  const double observations = row[kObservations];
+  if (!(observations > 0.0)) {
+    return;
+  }
+  const double elements = row[kElements];
+  const double finite = elements - row[kNonFinite];
+  const bool anyFinite = finite > 0.0;
+  auto put = [&](const char* statistic, data_value_t value) {
+    data.insert_or_assign(key + "." + statistic, std::move(value));
+  };
+  put("rms", anyFinite ? std::sqrt(row[kSumSquares] / finite) : kNaN);
+  put("mean", anyFinite ? row[kSum] / finite : kNaN);
+  put("min", anyFinite ? -row[kNegMin] : kNaN);
+  put("max", anyFinite ? row[kMax] : kNaN);
+  put("abs_max", anyFinite ? row[kAbsMax] : kNaN);
+  put("norm", row[kNormSum] / observations);
+  put("nonfinite", static_cast<int64_t>(row[kNonFinite]));
+  put("zero_frac", elements > 0.0 ? row[kZeros] / elements : kNaN);
+  if (withRatio) {
+    put("ratio",
+        row[kRatioCount] > 0.0 ? row[kRatioSum] / row[kRatioCount] : kNaN);
+  }
+}
+
+} // namespace torch_monitor::watch

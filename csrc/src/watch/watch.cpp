@@ -1,0 +1,290 @@
+#include <torch_monitor/watch/watch.h>
+
+#include <algorithm>
+#include <regex>
+#include <unordered_set>
+#include <utility>
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/util/Exception.h>
+#include <torch/nn/module.h>
+
+#include <torch_monitor/nn/forward_call.h>
+
+namespace torch_monitor {
+
+using watch::Kind;
+using watch::Recorder;
+
+struct Watch::Parameter {
+  std::string path;
+  at::Tensor tensor;
+  at::Tensor before; // "update": the weight before the step, made at the first
+};
+
+namespace {
+
+std::regex compile(const std::string& pattern, const char* what) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    TORCH_CHECK_VALUE(
+        false,
+        "torch_monitor.watch: ",
+        what,
+        " is not a valid regular expression (",
+        pattern,
+        "): ",
+        e.what());
+  }
+}
+
+bool isParameterKind(Kind kind) {
+  return kind == Kind::Grad || kind == Kind::Weight || kind == Kind::Update;
+}
+
+} // namespace
+
+Watch::Watch(torch::nn::Module& model, WatchOptions options) {
+  std::vector<Kind> kinds;
+  for (const std::string& name : options.what) {
+    const Kind kind = watch::kindFromName(name);
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+      kinds.push_back(kind);
+    }
+  }
+  TORCH_CHECK_VALUE(
+      !kinds.empty(),
+      "torch_monitor.watch: `what` names no kind; give any of \"grad\", "
+      "\"weight\", \"update\", \"output\", \"output_grad\"");
+  std::sort(kinds.begin(), kinds.end());
+  std::optional<std::regex> include;
+  std::optional<std::regex> exclude;
+  if (options.include) {
+    include = compile(*options.include, "include");
+  }
+  if (options.exclude) {
+    exclude = compile(*options.exclude, "exclude");
+  }
+  bool includeMatched = false;
+  bool excludeMatched = false;
+  auto selected = [&](const std::string& path) {
+    const bool in = !include || std::regex_search(path, *include);
+    const bool out = exclude && std::regex_search(path, *exclude);
+    includeMatched = includeMatched || (include && in);
+    excludeMatched = excludeMatched || out;
+    return in && !out;
+  };
+  // Parameters in the model's order, each tensor once (a tied weight under
+  // its first name, as Python's named_parameters() gives it).
+  std::unordered_set<const void*> seen;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (!seen.insert(item.value().unsafeGetTensorImpl()).second) {
+      continue;
+    }
+    if (selected(item.key())) {
+      auto p = std::make_shared<Parameter>();
+      p->path = item.key();
+      p->tensor = item.value();
+      parameters_.push_back(std::move(p));
+    }
+  }
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>
+      modules;
+  for (const auto& item :
+       model.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    if (selected(item.key())) {
+      modules.emplace_back(item.key(), item.value());
+    }
+  }
+  TORCH_CHECK_VALUE(
+      !include || includeMatched,
+      "torch_monitor.watch: include='",
+      *options.include,
+      "' matches no parameter path (like \"fc1.weight\") and no module path "
+      "(like \"fc1\") of the model; check the names with "
+      "named_parameters() / named_modules()");
+  TORCH_CHECK_VALUE(
+      !exclude || excludeMatched,
+      "torch_monitor.watch: exclude='",
+      *options.exclude,
+      "' matches no parameter path and no module path of the model; check "
+      "the names with named_parameters() / named_modules()");
+  std::vector<watch::Key> keys;
+  for (const Kind kind : kinds) {
+    const int64_t first = int64_t(keys.size());
+    if (isParameterKind(kind)) {
+      TORCH_CHECK_VALUE(
+          !parameters_.empty(),
+          "torch_monitor.watch: \"",
+          std::string(watch::kindName(kind)),
+          "\" watches parameters, but no parameter of the model is selected");
+      for (const auto& p : parameters_) {
+        keys.push_back(watch::Key{p->path, kind});
+      }
+      (kind == Kind::Grad         ? gradKey_
+           : kind == Kind::Weight ? weightKey_
+                                  : updateKey_) = first;
+    } else {
+      TORCH_CHECK_VALUE(
+          !modules.empty(),
+          "torch_monitor.watch: \"",
+          std::string(watch::kindName(kind)),
+          "\" watches submodules' outputs, but no submodule of the model is "
+          "selected");
+    }
+  }
+  // Output keys: one per module and kind, after the parameters'.
+  const bool outputs =
+      std::find(kinds.begin(), kinds.end(), Kind::Output) != kinds.end();
+  const bool outputGrads =
+      std::find(kinds.begin(), kinds.end(), Kind::OutputGrad) != kinds.end();
+  const int64_t outputKey = int64_t(keys.size());
+  if (outputs) {
+    for (const auto& [path, module] : modules) {
+      keys.push_back(watch::Key{path, Kind::Output});
+    }
+  }
+  const int64_t outputGradKey = int64_t(keys.size());
+  if (outputGrads) {
+    for (const auto& [path, module] : modules) {
+      keys.push_back(watch::Key{path, Kind::OutputGrad});
+    }
+  }
+  watch::RecorderOptions ro;
+  ro.windowSteps = options.windowSteps;
+  ro.windowSize = options.windowSize;
+  ro.every = options.every;
+  ro.histogramsEvery = options.histogramsEvery;
+  ro.writer = options.writer;
+  ro.memory = options.memory;
+  ro.syncRanks = options.syncRanks;
+  ro.group = options.group;
+  const c10::Device device = model.parameters().empty()
+      ? c10::Device(c10::DeviceType::CPU)
+      : model.parameters().front().device();
+  recorder_ = Recorder::create(std::move(keys), std::move(ro), device);
+
+  if (outputs || outputGrads) {
+    const std::weak_ptr<Recorder> weak = recorder_;
+    for (size_t m = 0; m < modules.size(); ++m) {
+      const int64_t out = outputs ? outputKey + int64_t(m) : -1;
+      const int64_t grad = outputGrads ? outputGradKey + int64_t(m) : -1;
+      hooks_.push_back(nn::registerForwardHook(
+          *modules[m].second,
+          [weak, out, grad](
+              torch::nn::Module&,
+              const nn::ForwardArgs&,
+              nn::ForwardOutput& output) {
+            auto r = weak.lock();
+            const at::Tensor* y = std::as_const(output).getIf<at::Tensor>();
+            if (!r || y == nullptr || !y->defined()) {
+              return;
+            }
+            if (out >= 0) {
+              r->observe(r->slots(), r->gate(), {*y}, {out}, {});
+            }
+            if (grad >= 0 && y->requires_grad()) {
+              y->register_hook([weak, grad](const at::Tensor& g) {
+                if (auto live = weak.lock()) {
+                  live->observe(live->slots(), live->gate(), {g}, {grad}, {});
+                }
+              });
+            }
+          }));
+    }
+  }
+}
+
+Watch::~Watch() {
+  try {
+    remove();
+  } catch (const std::exception& e) {
+    TORCH_WARN("torch_monitor::Watch: ", e.what());
+  }
+}
+
+void Watch::step(const std::function<void()>& optimizerStep) {
+  TORCH_CHECK_VALUE(
+      static_cast<bool>(optimizerStep),
+      "torch_monitor::Watch::step: pass the optimizer step to run");
+  if (recorder_->removed()) {
+    optimizerStep();
+    return;
+  }
+  // What the optimizer will change: the parameters that have a gradient
+  // (torch's optimizers skip the others).
+  std::vector<at::Tensor> grads;
+  std::vector<at::Tensor> stepped;
+  std::vector<at::Tensor> before;
+  std::vector<int64_t> gradKeys;
+  std::vector<int64_t> updateKeys;
+  {
+    at::NoGradGuard noGrad;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      Parameter& p = *parameters_[i];
+      const at::Tensor& g = p.tensor.grad();
+      if (!g.defined()) {
+        continue;
+      }
+      grads.push_back(g);
+      gradKeys.push_back(gradKey_ + int64_t(i));
+      if (updateKey_ >= 0) {
+        if (!p.before.defined() || p.before.sizes() != p.tensor.sizes() ||
+            p.before.options().dtype() != p.tensor.options().dtype() ||
+            p.before.device() != p.tensor.device()) {
+          p.before = at::empty_like(p.tensor);
+        }
+        p.before.copy_(p.tensor);
+        stepped.push_back(p.tensor);
+        before.push_back(p.before);
+        updateKeys.push_back(updateKey_ + int64_t(i));
+      }
+    }
+  }
+  if (gradKey_ >= 0 && !grads.empty()) {
+    recorder_->observe(
+        recorder_->slots(), recorder_->gate(), grads, gradKeys, {});
+  }
+  optimizerStep();
+  if (weightKey_ >= 0) {
+    std::vector<at::Tensor> weights;
+    std::vector<int64_t> weightKeys;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      weights.push_back(parameters_[i]->tensor);
+      weightKeys.push_back(weightKey_ + int64_t(i));
+    }
+    recorder_->observe(
+        recorder_->slots(), recorder_->gate(), weights, weightKeys, {});
+  }
+  if (updateKey_ >= 0 && !stepped.empty()) {
+    recorder_->observe(
+        recorder_->slots(), recorder_->gate(), stepped, updateKeys, before);
+  }
+  recorder_->optimizerStepped();
+}
+
+void Watch::close() {
+  recorder_->close();
+}
+
+void Watch::remove() {
+  for (auto& hook : hooks_) {
+    hook.remove();
+  }
+  hooks_.clear();
+  if (recorder_) {
+    recorder_->remove();
+  }
+}
+
+std::vector<std::string> Watch::keys() const {
+  std::vector<std::string> names;
+  for (const auto& key : recorder_->keys()) {
+    names.push_back(key.name());
+  }
+  return names;
+}
+
+} // namespace torch_monitor

@@ -1,0 +1,381 @@
+// torch_monitor::Watch (watch/watch.h) and its recorder (watch/recorder.h):
+// every statistic of every kind checked against values computed here with
+// plain torch ops on copies of the observed tensors, over windows of steps;
+// the device path (forced for CPU tensors) against the host path; the
+// cadence, non-finite values, tied parameters and bad input.
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <torch_monitor/nn.h>
+#include <torch_monitor/watch/watch.h>
+
+#include "test_support.h"
+
+namespace torch_monitor::test {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The statistics of one key over a window, computed from the observed
+// tensors with torch ops in float64: what the watch must log.
+struct Oracle {
+  double elements = 0, nonFinite = 0, zeros = 0, sum = 0, squares = 0;
+  double min = kInf, max = -kInf, absMax = -kInf, normSum = 0, observations = 0;
+  double ratioSum = 0, ratioCount = 0;
+  int64_t firstNonFinite = -1;
+
+  void add(const torch::Tensor& t, int64_t step) {
+    const auto x = t.detach().to(torch::kDouble).flatten();
+    const auto finite = torch::isfinite(x);
+    const auto f = x.masked_select(finite);
+    elements += double(x.numel());
+    const double bad = (~finite).sum().item<double>();
+    nonFinite += bad;
+    zeros += (x == 0).sum().item<double>();
+    sum += f.sum().item<double>();
+    const double sq = (f * f).sum().item<double>();
+    squares += sq;
+    normSum += std::sqrt(sq);
+    observations += 1;
+    if (f.numel() > 0) {
+      min = std::min(min, f.min().item<double>());
+      max = std::max(max, f.max().item<double>());
+      absMax = std::max(absMax, f.abs().max().item<double>());
+    }
+    if (bad > 0 && firstNonFinite < 0) {
+      firstNonFinite = step;
+    }
+  }
+  void addUpdate(const torch::Tensor& after, const torch::Tensor& before, int64_t step) {
+    const auto delta = after - before; // in the weights' dtype, as torch does
+    add(delta, step);
+    const double d = delta.to(torch::kDouble).norm().item<double>();
+    const double b = before.to(torch::kDouble).norm().item<double>();
+    if (std::isfinite(b) && b > 0) {
+      ratioSum += d / b;
+      ratioCount += 1;
+    }
+  }
+  std::map<std::string, double> statistics(bool withRatio) const {
+    const double finite = elements - nonFinite;
+    std::map<std::string, double> s{
+        {"rms", std::sqrt(squares / finite)},
+        {"mean", sum / finite},
+        {"min", min},
+        {"max", max},
+        {"abs_max", absMax},
+        {"norm", normSum / observations},
+        {"nonfinite", nonFinite},
+        {"zero_frac", zeros / elements}};
+    if (withRatio) {
+      s["ratio"] = ratioSum / ratioCount;
+    }
+    return s;
+  }
+};
+
+double numberOf(const data_value_t& v) {
+  if (const auto* d = std::get_if<double>(&v)) {
+    return *d;
+  }
+  return double(std::get<int64_t>(v));
+}
+
+// Every key's statistics in `event` equal the oracles' (relative `tol`).
+void expectWindow(
+    const Event& event,
+    const std::map<std::string, Oracle>& oracles,
+    double tol) {
+  size_t expectedKeys = 0;
+  for (const auto& [key, oracle] : oracles) {
+    const bool update = key.size() > 7 && key.substr(key.size() - 7) == ".update";
+    for (const auto& [statistic, want] : oracle.statistics(update)) {
+      const std::string name = key + "." + statistic;
+      ++expectedKeys;
+      ASSERT_TRUE(event.data.count(name)) << name;
+      const double got = numberOf(event.data.at(name));
+      EXPECT_NEAR(got, want, tol * std::max(1.0, std::fabs(want))) << name;
+    }
+  }
+  EXPECT_EQ(event.data.size(), expectedKeys);
+}
+
+struct Net : torch::nn::Module {
+  Net() {
+    fc1 = register_module("fc1", torch::nn::Linear(4, 5));
+    fc2 = register_module("fc2", torch::nn::Linear(5, 2));
+  }
+  // Submodules called through nn::call run their forward hooks.
+  torch::Tensor forward(const torch::Tensor& x) {
+    return nn::call(fc2, torch::tanh(nn::call(fc1, x)));
+  }
+  torch::nn::Linear fc1{nullptr};
+  torch::nn::Linear fc2{nullptr};
+};
+
+// Runs `steps` training steps of `net` watched with windows of `window`
+// steps, and checks every window against oracles fed the same tensors.
+void trainAndCheck(int64_t steps, int64_t window, double tol) {
+  torch::manual_seed(0);
+  auto net = std::make_shared<Net>();
+  torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  ScopedRecorder recorder;
+  WatchOptions options;
+  options.what = {"grad", "weight", "update", "output", "output_grad"};
+  options.windowSteps = window;
+  Watch watch(net, options);
+
+  // The oracles' inputs: outputs and their gradients through hooks of our
+  // own (registered after the watch's, removed at the end).
+  std::vector<std::map<std::string, Oracle>> windows(1);
+  int64_t current = 0;
+  std::vector<nn::HookHandle> hooks; // removed at the end (the registry is global)
+  for (const auto& [path, module] : std::vector<std::pair<std::string, torch::nn::Module*>>{
+           {"fc1", net->fc1.get()}, {"fc2", net->fc2.get()}}) {
+    hooks.push_back(nn::registerForwardHook(
+        *module,
+        [&, path = path](torch::nn::Module&, const nn::ForwardArgs&, nn::ForwardOutput& out) {
+          const torch::Tensor y = out.get<torch::Tensor>();
+          windows.back()[path + ".output"].add(y.clone(), current);
+          y.register_hook([&, path](const torch::Tensor& g) {
+            windows.back()[path + ".output_grad"].add(g.clone(), current);
+          });
+        }));
+  }
+  torch::Tensor x = torch::randn({8, 4});
+  torch::Tensor target = torch::randn({8, 2});
+  for (int64_t step = 0; step < steps; ++step) {
+    if (step > 0 && step % window == 0) {
+      windows.emplace_back();
+    }
+    current = step;
+    setStep(step);
+    optimizer.zero_grad();
+    torch::mse_loss(net->forward(x), target).backward();
+    std::map<std::string, torch::Tensor> before;
+    for (const auto& p : net->named_parameters()) {
+      windows.back()[p.key() + ".grad"].add(p.value().grad().clone(), step);
+      before[p.key()] = p.value().detach().clone();
+    }
+    watch.step(optimizer);
+    for (const auto& p : net->named_parameters()) {
+      windows.back()[p.key() + ".weight"].add(p.value().detach().clone(), step);
+      windows.back()[p.key() + ".update"].addUpdate(p.value().detach(), before[p.key()], step);
+    }
+  }
+  watch.remove(); // logs the last window
+  for (auto& hook : hooks) {
+    hook.remove();
+  }
+  const auto events = recorder->eventsNamed(kWatchEventName);
+  ASSERT_EQ(events.size(), windows.size());
+  for (size_t w = 0; w < windows.size(); ++w) {
+    SCOPED_TRACE("window " + std::to_string(w));
+    expectWindow(events[w], windows[w], tol);
+    // A window closes at the step that ends it; the last one at remove().
+    const int64_t closedAt = w + 1 < windows.size() ? int64_t(w + 1) * window : steps - 1;
+    EXPECT_EQ(events[w].step, closedAt);
+  }
+  EXPECT_TRUE(recorder->eventsNamed(kNonFiniteEventName).empty());
+  clearStep();
+}
+
+TEST(Watch, EveryKindAndStatisticEqualsTorchOpsOverWindows) {
+  trainAndCheck(/*steps=*/5, /*window=*/2, /*tol=*/1e-12);
+}
+
+TEST(Watch, DevicePathGivesTheSameStatistics) {
+  // CPU tensors through the path CUDA tensors take: rows computed with
+  // ATen ops and merged under the device-side gate.
+  test_hooks::setCpuTensorsTakeDevicePath(true);
+  trainAndCheck(/*steps=*/5, /*window=*/2, /*tol=*/1e-9);
+  test_hooks::setCpuTensorsTakeDevicePath(false);
+}
+
+std::shared_ptr<watch::Recorder> makeRecorder(
+    std::vector<std::string> paths,
+    watch::Kind kind,
+    int64_t windowSteps,
+    int64_t every = 1) {
+  std::vector<watch::Key> keys;
+  for (auto& p : paths) {
+    keys.push_back(watch::Key{p, kind});
+  }
+  watch::RecorderOptions options;
+  options.windowSteps = windowSteps;
+  options.every = every;
+  return watch::Recorder::create(keys, options, c10::Device(c10::DeviceType::CPU));
+}
+
+void observe(watch::Recorder& r, const torch::Tensor& t, int64_t key = 0) {
+  r.observe(r.slots(), r.gate(), {t}, {key}, {});
+}
+
+TEST(Watch, NonFiniteValuesAreCountedAndNamedWithTheirFirstStep) {
+  for (bool devicePath : {false, true}) {
+    SCOPED_TRACE(devicePath ? "device path" : "host path");
+    test_hooks::setCpuTensorsTakeDevicePath(devicePath);
+    ScopedRecorder recorder;
+    auto r = makeRecorder({"a", "b"}, watch::Kind::Output, 10);
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    setStep(0);
+    observe(*r, torch::tensor({1.0, 2.0}), 0);
+    observe(*r, torch::tensor({1.0, 2.0}), 1);
+    setStep(3);
+    observe(*r, torch::tensor({nan, 4.0, kInf}), 0);
+    setStep(4);
+    observe(*r, torch::tensor({-kInf, 0.0}), 0);
+    observe(*r, torch::tensor({nan, nan}), 1); // no finite element at all
+    setStep(10); // closes [0, 10)
+    test_hooks::setCpuTensorsTakeDevicePath(false);
+    const auto stats = recorder->eventsNamed(kWatchEventName);
+    const auto bad = recorder->eventsNamed(kNonFiniteEventName);
+    ASSERT_EQ(stats.size(), 1u);
+    ASSERT_EQ(bad.size(), 1u);
+    EXPECT_EQ(bad[0].step, 10);
+    EXPECT_EQ(std::get<int64_t>(bad[0].data.at("a.output")), 3);
+    EXPECT_EQ(std::get<int64_t>(bad[0].data.at("b.output")), 4);
+    const auto& d = stats[0].data;
+    EXPECT_EQ(std::get<int64_t>(d.at("a.output.nonfinite")), 3);
+    EXPECT_DOUBLE_EQ(numberOf(d.at("a.output.mean")), (1 + 2 + 4 + 0) / 4.0);
+    EXPECT_DOUBLE_EQ(numberOf(d.at("a.output.max")), 4.0);
+    EXPECT_DOUBLE_EQ(numberOf(d.at("a.output.zero_frac")), 1 / 7.0);
+    // norm: the mean of the observations' norms of finite elements.
+    EXPECT_DOUBLE_EQ(
+        numberOf(d.at("a.output.norm")), (std::sqrt(5.0) + 4.0 + 0.0) / 3.0);
+    EXPECT_EQ(std::get<int64_t>(d.at("b.output.nonfinite")), 2);
+    EXPECT_DOUBLE_EQ(numberOf(d.at("b.output.max")), 2.0);
+    r->remove();
+  }
+  clearStep();
+}
+
+TEST(Watch, EveryObservesOnlyStepsDivisibleByIt) {
+  for (bool devicePath : {false, true}) {
+    test_hooks::setCpuTensorsTakeDevicePath(devicePath);
+    ScopedRecorder recorder;
+    auto r = makeRecorder({"x"}, watch::Kind::Output, 6, /*every=*/3);
+    for (int64_t step = 0; step < 6; ++step) {
+      setStep(step);
+      observe(*r, torch::full({2}, double(step)));
+    }
+    setStep(6);
+    test_hooks::setCpuTensorsTakeDevicePath(false);
+    const auto events = recorder->eventsNamed(kWatchEventName);
+    ASSERT_EQ(events.size(), 1u);
+    // Steps 0 and 3 only: mean 1.5, max 3, two observations of norm
+    // sqrt(2)*step.
+    EXPECT_DOUBLE_EQ(numberOf(events[0].data.at("x.output.mean")), 1.5);
+    EXPECT_DOUBLE_EQ(numberOf(events[0].data.at("x.output.max")), 3.0);
+    EXPECT_DOUBLE_EQ(
+        numberOf(events[0].data.at("x.output.norm")), 3.0 * std::sqrt(2.0) / 2);
+    r->remove();
+  }
+  clearStep();
+}
+
+TEST(Watch, AWindowClosesAcrossSkippedStepsAndEmptyWindowsLogNothing) {
+  ScopedRecorder recorder;
+  auto r = makeRecorder({"x"}, watch::Kind::Output, 4);
+  setStep(1);
+  observe(*r, torch::ones({3}));
+  setStep(13); // jumps over windows [4, 8) and [8, 12)
+  observe(*r, torch::full({3}, 2.0));
+  r->remove();
+  const auto events = recorder->eventsNamed(kWatchEventName);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].step, 13);
+  EXPECT_DOUBLE_EQ(numberOf(events[0].data.at("x.output.mean")), 1.0);
+  EXPECT_EQ(events[1].step, 13);
+  EXPECT_DOUBLE_EQ(numberOf(events[1].data.at("x.output.mean")), 2.0);
+  clearStep();
+}
+
+struct Tied : torch::nn::Module {
+  Tied() {
+    a = register_module("a", torch::nn::Linear(torch::nn::LinearOptions(3, 3).bias(false)));
+    // The same tensor under a second name; the root's own parameters come
+    // first in named_parameters(), so "tied" is its first name.
+    tied = register_parameter("tied", a->weight);
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return torch::matmul(a->forward(x), tied.t());
+  }
+  torch::nn::Linear a{nullptr};
+  torch::Tensor tied;
+};
+
+TEST(Watch, TiedParametersAreWatchedOnceUnderTheirFirstName) {
+  auto net = std::make_shared<Tied>();
+  WatchOptions options;
+  options.what = {"grad"};
+  options.windowSteps = 10;
+  Watch watch(net, options);
+  EXPECT_EQ(watch.keys(), (std::vector<std::string>{"tied.grad"}));
+  ScopedRecorder recorder;
+  torch::optim::SGD optimizer(net->parameters(), 0.1);
+  setStep(0);
+  net->forward(torch::randn({2, 3})).sum().backward();
+  const auto grad = net->tied.grad().clone(); // both uses, summed
+  watch.step(optimizer);
+  watch.remove();
+  const auto events = recorder->eventsNamed(kWatchEventName);
+  ASSERT_EQ(events.size(), 1u);
+  Oracle o;
+  o.add(grad, 0);
+  std::map<std::string, Oracle> want{{"tied.grad", o}};
+  expectWindow(events[0], want, 1e-12);
+  clearStep();
+}
+
+TEST(Watch, BadInputIsRefusedNamingTheProblem) {
+  auto net = std::make_shared<Net>();
+  auto message = [&](WatchOptions o) -> std::string {
+    try {
+      Watch w(net, o);
+    } catch (const c10::ValueError& e) {
+      return e.what_without_backtrace();
+    }
+    return "";
+  };
+  WatchOptions o;
+  o.windowSteps = 10;
+  o.what = {"grads"};
+  EXPECT_NE(message(o).find("unknown kind 'grads'"), std::string::npos);
+  o.what = {"grad"};
+  o.include = "conv";
+  EXPECT_NE(message(o).find("include='conv' matches no parameter path"), std::string::npos);
+  o.include.reset();
+  o.exclude = "nothing";
+  EXPECT_NE(message(o).find("exclude='nothing' matches no"), std::string::npos);
+  o.exclude.reset();
+  o.windowSteps = 0;
+  EXPECT_NE(message(o).find("exactly one window"), std::string::npos);
+  o.windowSteps = 5;
+  o.windowSize = std::chrono::seconds(1);
+  EXPECT_NE(message(o).find("both"), std::string::npos);
+  o.windowSize = std::chrono::milliseconds(0);
+  o.histogramsEvery = 10;
+  EXPECT_NE(message(o).find("needs a writer"), std::string::npos);
+}
+
+TEST(Watch, IncludeAndExcludeSelectKeysByPath) {
+  auto net = std::make_shared<Net>();
+  WatchOptions o;
+  o.windowSteps = 10;
+  o.what = {"grad", "output"};
+  o.include = "fc2";
+  o.exclude = "bias";
+  Watch w(net, o);
+  EXPECT_EQ(w.keys(), (std::vector<std::string>{"fc2.weight.grad", "fc2.output"}));
+}
+
+} // namespace
+} // namespace torch_monitor::test

@@ -1,0 +1,55 @@
+"""examples/cpp/watch_mlp: a C++ training program watched by
+``torch_monitor::Watch``, built against the installed package with
+``find_package(TorchMonitor)``. Its last line is ``summary {json}``.
+
+Skips when cmake or a C++ compiler is missing.
+"""
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+
+from cpp_build import REPO_ROOT, build_project, import_torch_monitor, requires_toolchain, run  # noqa: E402
+
+EXAMPLE_SRC = os.path.join(REPO_ROOT, "examples", "cpp", "watch_mlp")
+
+
+@pytest.fixture(scope="session")
+def watch_mlp(tmp_path_factory):
+    tmon = import_torch_monitor()
+    build = build_project(EXAMPLE_SRC, tmp_path_factory.mktemp("watch_mlp_build"), tmon, ("watch_mlp",))
+    return build / "watch_mlp"
+
+
+def summary_of(exe, *args):
+    proc = run([exe, *args], timeout=120)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("summary ")]
+    assert len(lines) == 1, proc.stdout
+    return proc.stdout, json.loads(lines[0][len("summary "):])
+
+
+@requires_toolchain
+def test_the_watch_logs_every_window_with_every_key(watch_mlp):
+    stdout, s = summary_of(watch_mlp)
+    assert s["loss_last"] < s["loss_first"]
+    # 100 steps, windows of 20: closed at steps 20, 40, 60, 80, the last by remove().
+    assert s["windows"] == 5 and s["last_step"] == 99
+    # grad and update of 4 parameters, output of 2 modules.
+    assert s["keys"] == 4 + 4 + 2
+    assert s["statistics"] == 4 * 8 + 4 * 9 + 2 * 8
+    # The watch's number equals the one computed by hand in the program.
+    assert s["grad_norm"] == pytest.approx(s["grad_norm_by_hand"], rel=1e-6)
+    assert 0 < s["ratio"] < 1
+    assert stdout.count("[watch] step") == 5
+    assert s["seconds"] < 30
+
+
+@requires_toolchain
+def test_one_step_gives_one_window(watch_mlp):
+    _, s = summary_of(watch_mlp, "1")
+    assert s["windows"] == 1 and s["last_step"] == 0
+    assert s["grad_norm"] == pytest.approx(s["grad_norm_by_hand"], rel=1e-6)

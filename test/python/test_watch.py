@@ -1,0 +1,807 @@
+"""torch_monitor.watch(model, optimizer, ...): every statistic of every kind,
+checked against values computed here with plain torch ops on copies of the
+observed tensors (captured by hooks of the test's own), over windows of
+steps; cadence, non-finite values, gradient accumulation, parameters without
+gradients, tied parameters, windows closing across skipped steps; bad input;
+sinks and histograms; no host read between window closes; torch.compile;
+CUDA (marked, skipped without a GPU); 2 and 3 gloo ranks (in processes with
+time limits). See docs/watch.md.
+"""
+
+import json
+import math
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import pytest
+import torch
+
+tm = pytest.importorskip("torch_monitor")
+import torch_monitor.testing  # noqa: E402,F401  (tm.testing)
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from isolated import run_isolated  # noqa: E402
+
+KINDS = ("grad", "weight", "update", "output", "output_grad")
+STATISTICS = ("rms", "mean", "min", "max", "abs_max", "norm", "nonfinite", "zero_frac")
+
+
+# ------------------------------------------------------------ the oracle
+
+
+class Oracle:
+    """The observed tensors, captured by the test's own hooks, and the
+    statistics a window of them must have, computed with torch ops in
+    float64 (independent of the library)."""
+
+    def __init__(self):
+        self.seen = defaultdict(list)  # key -> [(step, float64 copy, ratio or None)]
+
+    def add(self, key, step, tensor):
+        self.seen[key].append((step, tensor.detach().double().flatten().clone(), None))
+
+    def add_update(self, key, step, after, before):
+        delta = (after.detach() - before).double().flatten()  # in the weight's dtype first
+        finite = delta[torch.isfinite(delta)]
+        b = before.double().norm().item()
+        ratio = finite.norm().item() / b if math.isfinite(b) and b > 0 else None
+        self.seen[key].append((step, delta.clone(), ratio))
+
+    def window(self, lo, hi, every=1):
+        """{data key: value} of the observations at steps in [lo, hi)."""
+        out = {}
+        for key, items in self.seen.items():
+            items = [i for i in items if lo <= i[0] < hi and i[0] % every == 0]
+            if not items:
+                continue
+            x = torch.cat([t for _, t, _ in items])
+            finite = torch.isfinite(x)
+            f = x[finite]
+            nan = float("nan")
+            n = f.numel()
+            out[f"{key}.rms"] = f.square().mean().sqrt().item() if n else nan
+            out[f"{key}.mean"] = f.mean().item() if n else nan
+            out[f"{key}.min"] = f.min().item() if n else nan
+            out[f"{key}.max"] = f.max().item() if n else nan
+            out[f"{key}.abs_max"] = f.abs().max().item() if n else nan
+            out[f"{key}.norm"] = sum(t[torch.isfinite(t)].norm().item() for _, t, _ in items) / len(items)
+            out[f"{key}.nonfinite"] = int((~finite).sum().item())
+            out[f"{key}.zero_frac"] = (x == 0).sum().item() / x.numel()
+            if key.endswith(".update"):
+                ratios = [r for _, _, r in items if r is not None]
+                out[f"{key}.ratio"] = sum(ratios) / len(ratios) if ratios else nan
+        return out
+
+    def first_nonfinite(self, lo, hi):
+        out = {}
+        for key, items in self.seen.items():
+            for step, t, _ in items:
+                if lo <= step < hi and not torch.isfinite(t).all():
+                    out[key] = step
+                    break
+        return out
+
+
+def assert_data(got, want, rel=1e-12):
+    assert sorted(got) == sorted(want), (sorted(set(got) ^ set(want)))
+    for key, value in want.items():
+        if isinstance(value, float) and math.isnan(value):
+            assert math.isnan(got[key]), key
+        elif key.endswith(".nonfinite"):
+            assert got[key] == value and isinstance(got[key], int), key
+        else:
+            assert got[key] == pytest.approx(value, rel=rel, abs=1e-12), key
+
+
+class Events:
+    """A registered handler keeping the watch's events; unregistered at the end."""
+
+    def __init__(self):
+        self.all = []
+        self.handle = tm.register_event_handler(self.all.append)
+
+    def named(self, name):
+        return [e for e in self.all if e.name == name]
+
+    @property
+    def windows(self):
+        return self.named(tm.WATCH_EVENT)
+
+    @property
+    def nonfinite(self):
+        return self.named(tm.NONFINITE_EVENT)
+
+    def close(self):
+        tm.unregister_event_handler(self.handle)
+
+
+@pytest.fixture
+def events():
+    e = Events()
+    yield e
+    e.close()
+
+
+@pytest.fixture(params=["host", "device"])
+def path(request):
+    """CPU tensors scanned on the host, or through the path of accelerator
+    tensors (rows computed with ATen ops, merged under the device gate)."""
+    if request.param == "device":
+        with tm.testing.cpu_tensors_take_device_path():
+            yield request.param
+    else:
+        yield request.param
+
+
+def tolerance(path):
+    # The device path sums in another order (torch's reductions).
+    return 1e-12 if path == "host" else 1e-9
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 8)
+        self.act = torch.nn.Tanh()
+        self.fc2 = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def capture(model, oracle, step_of, kinds):
+    """The test's own hooks: outputs and their gradients, by module path."""
+    handles = []
+    for name, module in model.named_modules():
+        if not name:
+            continue
+
+        def hook(module, args, output, name=name):
+            if not isinstance(output, torch.Tensor):
+                return
+            if "output" in kinds:
+                oracle.add(f"{name}.output", step_of(), output)
+            if "output_grad" in kinds and output.requires_grad:
+                output.register_hook(lambda g: oracle.add(f"{name}.output_grad", step_of(), g))
+
+        handles.append(module.register_forward_hook(hook))
+    return handles
+
+
+def train(model, optimizer, oracle, steps, kinds, set_step=True, data_seed=1, nan_at=None):
+    """An ordinary training loop; the oracle sees what the watch should."""
+    current = [0]
+    handles = capture(model, oracle, lambda: current[0], kinds)
+    gen = torch.Generator().manual_seed(data_seed)
+    for step in range(steps):
+        current[0] = step
+        if set_step:
+            tm.set_step(step)
+        x = torch.randn(16, 4, generator=gen)
+        if nan_at is not None and step == nan_at:
+            x[0, 0] = float("nan")
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        before = {}
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                if "grad" in kinds:
+                    oracle.add(f"{name}.grad", step, p.grad)
+                before[name] = p.detach().clone()
+        optimizer.step()
+        for name, p in model.named_parameters():
+            if "weight" in kinds:
+                oracle.add(f"{name}.weight", step, p)
+            if "update" in kinds and name in before:
+                oracle.add_update(f"{name}.update", step, p, before[name])
+    for h in handles:
+        h.remove()
+
+
+# ------------------------------------------------------------ exact statistics
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_every_statistic_of_every_kind_equals_torch_ops(path, events, every):
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    oracle = Oracle()
+    w = tm.watch(model, optimizer, what=KINDS, window_steps=4, every=every)
+    train(model, optimizer, oracle, steps=10, kinds=KINDS)
+    w.remove()  # logs the open window [8, 12)
+    got = events.windows
+    assert [e.step for e in got] == [4, 8, 9]
+    for e, (lo, hi) in zip(got, [(0, 4), (4, 8), (8, 12)]):
+        assert_data(e.data, oracle.window(lo, hi, every), rel=tolerance(path))
+    assert events.nonfinite == []
+    # The keys: "<path>.<kind>" in slot order, kinds grouped.
+    assert w.keys[:4] == ["fc1.weight.grad", "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad"]
+    assert w.keys[-3:] == ["fc1.output_grad", "act.output_grad", "fc2.output_grad"]
+
+
+def test_steps_are_the_optimizers_when_the_program_sets_none(events):
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    oracle = Oracle()
+    tm.set_step(None)
+    w = tm.watch(model, optimizer, what=("grad", "update"), window_steps=3)
+    train(model, optimizer, oracle, steps=7, kinds=("grad", "update"), set_step=False)
+    w.remove()
+    # Optimizer steps 0..6: windows close after steps 2 and 5 (at 3, 6).
+    assert [e.step for e in events.windows] == [3, 6, 7]
+    for e, (lo, hi) in zip(events.windows, [(0, 3), (3, 6), (6, 9)]):
+        assert_data(e.data, oracle.window(lo, hi))
+
+
+def test_gradient_accumulation(events):
+    """With the optimizer: the accumulated gradient the step uses, once per
+    step. Without: each backward's gradient."""
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with_opt = tm.watch(model, optimizer, what="grad", window_steps=100, include="fc2")
+    model2 = MLP()
+    without = tm.watch(model2, what="grad", window_steps=100, include="fc2")
+    accumulated, each = Oracle(), Oracle()
+    hooks = [p.register_hook(lambda g, n=n: each.add(f"{n}.grad", 0, g))
+             for n, p in model2.named_parameters() if n.startswith("fc2")]
+    for step in range(2):
+        tm.set_step(step)
+        optimizer.zero_grad()
+        model2.zero_grad()
+        for micro in range(3):
+            x = torch.randn(8, 4)
+            model(x).square().mean().backward()
+            model2(x).square().mean().backward()
+        for n, p in model.named_parameters():
+            if n.startswith("fc2"):
+                accumulated.add(f"{n}.grad", step, p.grad)
+        optimizer.step()  # model2 has no optimizer: nothing steps it
+    for h in hooks:
+        h.remove()
+    with_opt.remove()
+    without.remove()
+    first, second = events.windows
+    assert_data(first.data, accumulated.window(0, 100))
+    assert first.data["fc2.weight.grad.norm"] > 0
+    assert_data(second.data, each.window(0, 100))
+    # Six backwards per key in the second: norm is the mean of six norms.
+    assert len(each.seen["fc2.weight.grad"]) == 6
+
+
+def test_parameters_without_gradients(events):
+    class Partly(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = torch.nn.Linear(3, 3)
+            self.unused = torch.nn.Linear(3, 3)  # no gradient ever
+            self.frozen = torch.nn.Linear(3, 3).requires_grad_(False)
+
+        def forward(self, x):
+            return self.used(self.frozen(x))
+
+    model = Partly()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=0.1)
+    w = tm.watch(model, optimizer, what=("grad", "weight", "update"), window_steps=10)
+    assert not any(k.startswith("frozen.") for k in w.keys)  # nothing to observe
+    tm.set_step(0)
+    oracle = Oracle()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    model(torch.randn(4, 3)).sum().backward()
+    for n, p in model.named_parameters():
+        if p.grad is not None:
+            oracle.add(f"{n}.grad", 0, p.grad)
+    optimizer.step()
+    for n, p in model.named_parameters():
+        if p.requires_grad:
+            oracle.add(f"{n}.weight", 0, p)
+            if p.grad is not None:
+                oracle.add_update(f"{n}.update", 0, p, before[n])
+    w.remove()
+    (e,) = events.windows
+    assert_data(e.data, oracle.window(0, 10))
+    assert "unused.weight.grad.rms" not in e.data and "unused.weight.update.rms" not in e.data
+    assert "unused.weight.weight.rms" in e.data
+
+
+def test_tied_parameters_are_watched_once_under_their_first_name(events):
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = torch.nn.Linear(4, 4, bias=False)
+            self.decoder = torch.nn.Linear(4, 4, bias=False)
+            self.decoder.weight = self.encoder.weight
+
+        def forward(self, x):
+            return self.decoder(torch.relu(self.encoder(x)))
+
+    model = Tied()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = tm.watch(model, optimizer, what=("grad", "update"), window_steps=10)
+    assert w.keys == ["encoder.weight.grad", "encoder.weight.update"]
+    oracle = Oracle()
+    tm.set_step(0)
+    model(torch.randn(5, 4)).square().sum().backward()
+    oracle.add("encoder.weight.grad", 0, model.encoder.weight.grad)  # both uses
+    before = model.encoder.weight.detach().clone()
+    optimizer.step()
+    oracle.add_update("encoder.weight.update", 0, model.encoder.weight, before)
+    w.remove()
+    (e,) = events.windows
+    assert_data(e.data, oracle.window(0, 10))
+
+
+def test_windows_close_across_skipped_steps(path, events):
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    w = tm.watch(model, what="output", window_steps=10)
+    for step, value in [(3, 1.0), (9, 2.0), (27, 5.0), (31, 7.0)]:
+        tm.set_step(step)  # 9 -> 27 skips the window [10, 20)
+        with torch.no_grad():
+            model[0].weight.zero_()
+            model[0].bias.fill_(value)
+        model(torch.zeros(1, 2))
+    tm.set_step(40)  # closes [30, 40) at 40
+    w.remove()
+    got = [(e.step, e.data["0.output.mean"], e.data["0.output.norm"]) for e in events.windows]
+    assert got == [
+        (27, 1.5, pytest.approx(math.sqrt(2) * 1.5)),
+        (31, 5.0, pytest.approx(math.sqrt(2) * 5.0)),
+        (40, 7.0, pytest.approx(math.sqrt(2) * 7.0)),
+    ]
+
+
+def test_time_windows(events):
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    with tm.testing.fake_clock(0) as clock:
+        w = tm.watch(model, what="output", window_size=0.1)
+        tm.set_step(0)
+        model(torch.ones(1, 2))
+        clock.set_ms(50)
+        tm.set_step(1)  # still in [0, 100 ms)
+        model(torch.ones(1, 2))
+        clock.set_ms(120)
+        tm.set_step(2)  # closes it
+        model(torch.ones(1, 2))
+        w.remove()
+    assert [e.step for e in events.windows] == [2, 2]
+
+
+def test_nonfinite_values_are_counted_and_named_with_their_first_step(path, events):
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    oracle = Oracle()
+    w = tm.watch(model, optimizer, what=("grad", "output"), window_steps=4)
+    # A NaN input at step 5: outputs and then gradients turn NaN, weights too.
+    train(model, optimizer, oracle, steps=8, kinds=("grad", "output"), nan_at=5)
+    w.remove()
+    first, second = events.windows
+    assert_data(first.data, oracle.window(0, 4), rel=tolerance(path))
+    assert_data(second.data, oracle.window(4, 8), rel=tolerance(path))
+    assert second.data["fc1.weight.grad.nonfinite"] > 0
+    (bad,) = events.nonfinite
+    assert bad.step == second.step
+    assert bad.data == oracle.first_nonfinite(4, 8)
+    assert bad.data["fc1.output"] == 5 and bad.data["fc2.output"] == 5
+
+
+# ------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(what="gradient", window_steps=10), ValueError, "unknown kind 'gradient'"),
+        (dict(what=("grad", "update"), window_steps=10), ValueError, '"update" is observed around optimizer steps: pass the optimizer'),
+        (dict(what="weight", window_steps=10), ValueError, "pass the optimizer"),
+        (dict(what="grad"), ValueError, "exactly one window.*neither"),
+        (dict(what="grad", window_steps=10, window_size=5.0), ValueError, "exactly one window.*both"),
+        (dict(what="grad", window_steps=0), ValueError, "window_steps must be an int >= 1"),
+        (dict(what="grad", window_steps=10, include="conv"), ValueError, "include='conv' matches no parameter path"),
+        (dict(what="grad", window_steps=10, exclude="^bn"), ValueError, "exclude='\\^bn' matches no"),
+        (dict(what="grad", window_steps=10, include="("), ValueError, "not a valid regular expression"),
+        (dict(what="output", window_steps=10, include="weight"), ValueError, "no submodule is selected"),
+        (dict(what="grad", window_steps=10, every=0), ValueError, "every must be an int >= 1"),
+        (dict(what="grad", window_steps=10, histograms_every=5), ValueError, "histograms_every needs writer="),
+        (dict(what="grad", window_steps=10, sync_ranks=True), ValueError, "torch.distributed initialised"),
+        (dict(what=(), window_steps=10), ValueError, "names no kind"),
+    ],
+)
+def test_bad_input_is_refused_at_watch_time(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        tm.watch(MLP(), **kwargs)
+
+
+def test_writer_must_be_a_tensorboard_writer(tmp_path):
+    with pytest.raises(TypeError, match="TensorBoardWriter"):
+        tm.watch(MLP(), what="grad", window_steps=10, histograms_every=2, writer=object())
+    with pytest.raises(ValueError, match="give histograms_every"):
+        tm.watch(MLP(), what="grad", window_steps=10, writer=tm.TensorBoardWriter(str(tmp_path)))
+
+
+def test_remove_removes_every_hook_and_the_context_manager_does_too(events):
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tm.watch(model, optimizer, what=KINDS, window_steps=2) as w:
+        assert model.fc1._forward_hooks and optimizer._optimizer_step_pre_hooks
+        tm.set_step(0)
+        model(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+    assert w.keys and "removed" in repr(w)
+    assert not any(m._forward_hooks for m in model.modules())
+    assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+    n = len(events.all)
+    assert n == 1  # the window, logged when leaving the block
+    model2 = MLP()
+    w2 = tm.watch(model2, what="grad", window_steps=2)
+    assert all(p._backward_hooks for p in model2.parameters())
+    w2.remove()
+    w2.remove()  # idempotent
+    assert not any(p._backward_hooks for p in model2.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    tm.set_step(10)
+    assert len(events.all) == n
+
+
+# ------------------------------------------------------------ sinks, histograms, memory
+
+
+def test_sinks_take_watch_events_as_they_take_stat_events(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    tb = tm.TensorBoardWriter(str(tmp_path / "tb"))
+    jl = tm.JsonLinesWriter(str(tmp_path / "events.jsonl"))
+    prom = tm.PrometheusTextFile(str(tmp_path / "watch.prom"))
+    handles = [tm.register_event_handler(s) for s in (tb, jl, prom)]
+    try:
+        w = tm.watch(model, optimizer, what=("grad", "update"), window_steps=5,
+                     histograms_every=5, writer=tb)
+        train(model, optimizer, Oracle(), steps=11, kinds=())
+        w.remove()
+    finally:
+        for h in handles:
+            tm.unregister_event_handler(h)
+    tb.close()
+    jl.close()
+    acc = EventAccumulator(tb.run_dir, size_guidance={"scalars": 0, "histograms": 0})
+    acc.Reload()
+    assert [s.step for s in acc.Scalars("fc1.weight.grad.rms")] == [5, 10, 10]
+    assert [s.step for s in acc.Scalars("fc2.bias.update.ratio")] == [5, 10, 10]
+    # A histogram per watched tensor every 5 steps.
+    assert [h.step for h in acc.Histograms("fc1.weight.grad")] == [0, 5, 10]
+    assert [h.step for h in acc.Histograms("fc1.weight.update")] == [0, 5, 10]
+    hist = acc.Histograms("fc2.weight.grad")[0].histogram_value
+    assert hist.num == model.fc2.weight.numel()
+    lines = [json.loads(l) for l in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [l["name"] for l in lines] == [tm.WATCH_EVENT] * 3
+    assert lines[0]["step"] == 5 and isinstance(lines[0]["data"]["fc1.weight.grad.nonfinite"], int)
+    text = (tmp_path / "watch.prom").read_text()
+    for statistic in ("rms", "mean", "min", "max", "abs_max", "norm", "nonfinite", "zero_frac"):
+        assert f'torch_monitor_fc1_weight_grad{{aggregation="{statistic}"}}' in text, statistic
+    assert 'torch_monitor_fc1_weight_update{aggregation="ratio"}' in text
+    assert "torch_monitor watch 'fc1.weight.grad': last closed window" in text
+
+
+def test_memory_counters_are_absent_without_cuda(events):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine has them (test_cuda_memory_counters)")
+    model = MLP()
+    w = tm.watch(model, what="output", window_steps=10, memory=True)
+    tm.set_step(0)
+    model(torch.ones(1, 4))
+    w.remove()
+    (e,) = events.windows
+    assert not any(k.startswith("cuda.memory") for k in e.data)
+
+
+# ------------------------------------------------------------ no host read
+
+
+HOST_READS = ("aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::equal")
+
+
+def test_observations_read_nothing_on_the_host_between_window_closes(events):
+    """On the device path (forced for CPU tensors) an observation only
+    queues ATen ops; the profiler, which records ops called from inside
+    our kernels too, sees no op that reads a tensor's value on the host."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tm.testing.cpu_tensors_take_device_path():
+        w = tm.watch(model, optimizer, what=KINDS, window_steps=100, every=2)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            train(model, optimizer, Oracle(), steps=6, kinds=())
+        names = {e.name for e in prof.events()}
+        assert "torch_monitor::watch_observe_" in names
+        assert "aten::where" in names  # the device path ran (gated rows)
+        assert not names & set(HOST_READS), names & set(HOST_READS)
+        w.remove()
+    assert len(events.windows) == 1
+
+
+def test_memory_per_watched_tensor_is_fixed():
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = tm.watch(model, optimizer, what=KINDS, window_steps=1000)
+    slots = w._slots
+    train(model, optimizer, Oracle(), steps=3, kinds=())
+    size = (slots.numel(), [b.numel() for b in w._before])
+    train(model, optimizer, Oracle(), steps=30, kinds=())
+    assert w._slots is slots and (slots.numel(), [b.numel() for b in w._before]) == size
+    assert slots.shape == (len(w.keys), 13)
+    w.remove()
+
+
+# ------------------------------------------------------------ torch.compile
+
+
+def compiled_run(compile_model, steps=20, every=3):
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    got = Events()
+    try:
+        w = tm.watch(model, optimizer, what=KINDS, window_steps=5, every=every)
+        run = torch.compile(model, fullgraph=True, backend="aot_eager") if compile_model else model
+        gen = torch.Generator().manual_seed(1)
+        for step in range(steps):
+            tm.set_step(step)
+            optimizer.zero_grad()
+            run(torch.randn(16, 4, generator=gen)).square().mean().backward()
+            optimizer.step()
+        w.remove()
+    finally:
+        got.close()
+    return got.windows
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_forward_has_no_graph_break_no_recompile_and_eager_statistics(backend):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    eager = compiled_run(False)
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    got = Events()
+    try:
+        w = tm.watch(model, optimizer, what=KINDS, window_steps=5, every=3)
+        run = torch.compile(model, fullgraph=True, backend=backend)
+        gen = torch.Generator().manual_seed(1)
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for step in range(20):  # every=3 skips two steps in three
+                tm.set_step(step)
+                optimizer.zero_grad()
+                run(torch.randn(16, 4, generator=gen)).square().mean().backward()
+                optimizer.step()
+        w.remove()
+    finally:
+        got.close()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert [e.step for e in got.windows] == [e.step for e in eager] == [5, 10, 15, 19]
+    for c, e in zip(got.windows, eager):
+        assert sorted(c.data) == sorted(e.data)
+        for key in e.data:
+            assert c.data[key] == pytest.approx(e.data[key], rel=1e-5, abs=1e-6), key
+
+
+def test_the_op_passes_opcheck(path):
+    """torch.library.opcheck: the schema declares what the op mutates (the
+    slots, not the gate or the values), the Meta kernel serves as its fake,
+    and AOT dispatch (functionalised, the slots a mutated input) gives what
+    eager gives."""
+    model = MLP()
+    w = tm.watch(model, what="output", window_steps=100)
+    try:
+        for values, keys in [([torch.randn(5, 3)], [0]), ([torch.randn(4), torch.randn(2, 2)], [1, 2])]:
+            torch.library.opcheck(
+                torch.ops.torch_monitor.watch_observe_.default,
+                (w._slots, w._gate, values, keys, [], w._id),
+            )
+    finally:
+        w.remove()
+
+
+def test_compiled_graph_holds_the_op_once_per_observation():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model = MLP()
+    w = tm.watch(model, what=("output", "output_grad"), window_steps=5)
+    explanation = torch._dynamo.explain(lambda x: model(x))(torch.randn(2, 4))
+    w.remove()
+    assert explanation.graph_break_count == 0
+    assert explanation.graph_count == 1
+    calls = [n for g in explanation.graphs for n in g.graph.nodes
+             if n.op == "call_function" and "watch_observe_" in str(n.target)]
+    assert len(calls) == 3  # one per module output
+
+
+# ------------------------------------------------------------ CUDA
+
+
+@pytest.mark.cuda
+def test_cuda_observations_never_synchronise_and_equal_the_cpu(events):
+    torch.manual_seed(0)
+    model = MLP().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = tm.watch(model, optimizer, what=KINDS, window_steps=4, every=2, memory=True)
+    oracle = Oracle()
+    handles = capture(model, oracle, lambda: 0, ())
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for step in range(8):
+        tm.set_step(step)  # closes a window at 4: one host read, outside the checked region
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            x = torch.randn(16, 4, generator=gen, device="cuda")
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            optimizer.step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    w.remove()
+    for h in handles:
+        h.remove()
+    assert [e.step for e in events.windows] == [4, 7]
+    assert all(e.data["cuda.memory.allocated"] > 0 for e in events.windows)
+    assert {"cuda.memory.reserved", "cuda.memory.peak_allocated", "cuda.memory.alloc_retries",
+            "cuda.memory.ooms"} <= set(events.windows[0].data)
+
+
+@pytest.mark.cuda
+def test_cuda_statistics_equal_the_oracle(events):
+    torch.manual_seed(0)
+    model = MLP().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    oracle = Oracle()
+    w = tm.watch(model, optimizer, what=KINDS, window_steps=4, every=3)
+    current = [0]
+    handles = capture(model, oracle, lambda: current[0], KINDS)
+    for step in range(8):
+        current[0] = step
+        tm.set_step(step)
+        x = torch.randn(16, 4, device="cuda")
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        for n, p in model.named_parameters():
+            oracle.add(f"{n}.grad", step, p.grad)
+        optimizer.step()
+        for n, p in model.named_parameters():
+            oracle.add(f"{n}.weight", step, p)
+            oracle.add_update(f"{n}.update", step, p, before[n])
+    for h in handles:
+        h.remove()
+    w.remove()
+    for e, (lo, hi) in zip(events.windows, [(0, 4), (4, 8)]):
+        assert_data(e.data, oracle.window(lo, hi, 3), rel=1e-9)
+
+
+@pytest.mark.cuda
+def test_cuda_reduce_overhead_keeps_working(events):
+    torch.manual_seed(0)
+    model = MLP().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = tm.watch(model, optimizer, what=("grad", "output"), window_steps=5, every=2)
+    run = torch.compile(model, mode="reduce-overhead")
+    for step in range(12):
+        tm.set_step(step)
+        optimizer.zero_grad()
+        run(torch.randn(16, 4, device="cuda")).square().mean().backward()
+        optimizer.step()
+    w.remove()
+    assert [e.step for e in events.windows] == [5, 10, 11]
+    assert all(e.data["fc2.output.norm"] > 0 for e in events.windows)
+
+
+# ------------------------------------------------------------ ranks
+
+WORKER = pathlib.Path(__file__).parent / "watch_rank_worker.py"
+
+
+def run_ranks(tmp_path, world, env=None, timeout=120):
+    """Every rank of a watch_rank_worker.py run; results by rank. Never hangs."""
+    init = f"file://{tmp_path / 'store'}"
+    child_env = dict(os.environ, PYTHONFAULTHANDLER="1", **(env or {}))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-P", str(WORKER), str(r), str(world), init, str(tmp_path)],
+            env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )
+        for r in range(world)
+    ]
+    started = time.monotonic()
+    outputs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=max(1, timeout - (time.monotonic() - started)))
+            outputs.append(out)
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail(f"ranks still running after {timeout} s: a hang")
+    for r, (p, out) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"rank {r} failed ({p.returncode}):\n{out[-4000:]}"
+    return {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)}
+
+
+def merged_oracle(results, ranks, window):
+    """The statistics of all `ranks`' observations in `window`, from each
+    rank's own captured sufficient statistics (torch ops in the worker)."""
+    oracle = Oracle()
+    for r in ranks:
+        for key, items in results[r]["observed"][str(window)].items():
+            for values, ratio in items:
+                oracle.seen[key].append((0, torch.tensor(values, dtype=torch.float64), ratio))
+    return oracle.window(0, 1)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_merge_exactly(tmp_path, world):
+    results = run_ranks(tmp_path, world)
+    events = results[0]["events"]
+    assert [e["step"] for e in events] == [4, 8, 12]  # in step order
+    for w, e in enumerate(events):
+        data = dict(e["data"])
+        assert data.pop("watch.ranks") == world
+        assert_data(data, merged_oracle(results, range(world), w), rel=1e-9)
+    for r in range(1, world):
+        assert results[r]["events"] == []  # merged events go to rank 0 only
+
+
+def test_a_stalled_rank_gives_partial_merges_without_blocking(tmp_path):
+    results = run_ranks(tmp_path, 3, env={"DEADLINE": "1", "STALL": "2.5"})
+    events = results[0]["events"]
+    assert [e["step"] for e in events] == [4, 8, 12]
+    for w, e in enumerate(events):
+        data = dict(e["data"])
+        assert data.pop("watch.ranks") == 2  # rank 2 missed every deadline
+        assert_data(data, merged_oracle(results, [0, 1], w), rel=1e-9)
+    assert results[0]["seconds"] < 10
+
+
+# ------------------------------------------------------------ import cost
+
+
+def test_the_watch_module_imports_nothing_heavy():
+    """`import torch_monitor` stays as cheap as it was: watch.py imports no
+    PT2 or distributed machinery at import time (sync_ranks imports
+    torch.distributed's helpers when asked for)."""
+    import ast
+
+    tree = ast.parse(pathlib.Path(tm.watch.__code__.co_filename).read_text())
+    imported = set()
+    for node in tree.body:  # module level only
+        if isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+    assert not {m for m in imported if m.startswith(("torch._dynamo", "torch.export", "torch.distributed"))}
+    out = run_isolated(
+        """
+        import sys, time, torch
+        import torch_monitor
+        before = set(sys.modules)
+        start = time.perf_counter()
+        import importlib; importlib.reload(sys.modules["torch_monitor.watch"])
+        print(sorted(set(sys.modules) - before), time.perf_counter() - start)
+        """
+    )
+    new_modules, seconds = out.stdout.rsplit(" ", 1)
+    assert new_modules == "[]" and float(seconds) < 0.1, out.stdout

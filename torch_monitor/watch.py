@@ -1,0 +1,431 @@
+"""``watch(model)``: every layer's gradients, weights, updates and activations
+as windowed statistics (docs/watch.md).
+
+The work is in C++: ``torch.classes.torch_monitor.Watch`` (the recorder:
+keys, a buffer of statistics slots on the model's device, windows, events)
+and one op, ``torch.ops.torch_monitor.watch_observe_``, which every hook
+below calls with the tensors it observes. This module only finds what to
+watch and attaches the hooks: module forward hooks (traced into
+``torch.compile`` graphs, where the op is one node that mutates the slots),
+tensor hooks and the optimizer's step hooks.
+"""
+
+import atexit
+import datetime
+import numbers
+import re
+import weakref
+from typing import Iterable, List, Optional, Pattern, Sequence, Union
+
+import torch
+
+from ._checks import strict_bool
+
+__all__ = ["watch", "Watch", "WATCH_EVENT", "NONFINITE_EVENT"]
+
+#: Name of the event a watch logs when a window closes.
+WATCH_EVENT = "torch_monitor.Watch"
+#: Name of the event naming the keys that saw NaN or inf in that window.
+NONFINITE_EVENT = "torch_monitor.NonFinite"
+
+_KINDS = ("grad", "weight", "update", "output", "output_grad")
+_PARAMETER_KINDS = ("grad", "weight", "update")
+_observe = torch.ops.torch_monitor.watch_observe_.default
+
+# Watches not removed yet: their last windows are logged at exit, before the
+# package's own exit hook removes the Python handlers and flushes the rank
+# sync (registered at the first watch(), so it runs before that hook).
+_live: "weakref.WeakSet[Watch]" = weakref.WeakSet()
+_exit_hook_registered = False
+
+
+def _close_live_watches() -> None:
+    for w in sorted(_live, key=lambda w: w._id):
+        w.close()
+
+
+def _observed_tensor(output):
+    """The tensor a module's output stands for: the output itself, or the
+    first element of a tuple or list (nn.LSTM, nn.MultiheadAttention)."""
+    if isinstance(output, (tuple, list)) and output:
+        output = output[0]
+    if isinstance(output, torch.Tensor) and output.is_floating_point():
+        return output
+    return None
+
+
+class _OutputHook:
+    """Forward hook of one module: observes its output and, in backward,
+    the gradient flowing into it. Traced by torch.compile into the graph."""
+
+    def __init__(self, watch: "Watch", out_key: int, grad_key: int):
+        self.watch = watch
+        self.out_key = out_key
+        self.grad_key = grad_key
+
+    def __call__(self, module, args, output):
+        y = _observed_tensor(output)
+        if y is None:
+            return None
+        w = self.watch
+        if self.out_key >= 0:
+            _observe(w._slots, w._gate, [y], [self.out_key], [], w._id)
+        if self.grad_key >= 0 and y.requires_grad:
+            y.register_hook(_GradHook(w, self.grad_key))
+        return None
+
+
+class _GradHook:
+    """Tensor hook: observes the gradient it is called with."""
+
+    def __init__(self, watch: "Watch", key: int):
+        self.watch = watch
+        self.key = key
+
+    def __call__(self, grad):
+        w = self.watch
+        _observe(w._slots, w._gate, [grad], [self.key], [], w._id)
+        return None
+
+
+class Watch:
+    """What ``watch()`` returns: the hooks it added and the recorder that
+    windows their statistics. ``remove()`` (or leaving a ``with`` block)
+    logs the open window and removes every hook."""
+
+    def __init__(self, recorder, keys: List[str]):
+        self._recorder = recorder
+        self._keys = keys
+        self._id = recorder.id()
+        self._slots = recorder.slots()
+        self._gate = recorder.gate()
+        self._handles: list = []
+        self._removed = False
+
+    @property
+    def keys(self) -> List[str]:
+        """``"<path>.<kind>"`` of every watched tensor, e.g. ``"fc1.weight.grad"``."""
+        return list(self._keys)
+
+    def close(self) -> None:
+        """Logs the open window now (nothing when it saw nothing); the watch
+        goes on."""
+        if not self._removed:
+            self._recorder.close()
+
+    def remove(self) -> None:
+        """Logs the open window and removes every hook the watch added.
+        Idempotent."""
+        if self._removed:
+            return
+        self._removed = True
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._recorder.remove()
+        _live.discard(self)
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        state = "removed" if self._removed else "watching"
+        return f"<torch_monitor.Watch {len(self._keys)} keys, {state}>"
+
+    # The optimizer's step hooks (eager Python: optimizer steps are not
+    # compiled with the model).
+
+    def _before_step(self, optimizer, args, kwargs) -> None:
+        if self._grad_from_optimizer:
+            grads, keys = [], []
+            for key, p in self._grad_params:
+                if p.grad is not None:
+                    grads.append(p.grad)
+                    keys.append(key)
+            if grads:
+                _observe(self._slots, self._gate, grads, keys, [], self._id)
+        if self._update_params:
+            # The weights the step will change (optimizers skip parameters
+            # without a gradient), copied into buffers kept across steps.
+            stepped, before, keys = [], [], []
+            for i, (key, p) in enumerate(self._update_params):
+                if p.grad is None:
+                    continue
+                b = self._before[i]
+                if b is None or b.shape != p.shape or b.dtype != p.dtype or b.device != p.device:
+                    b = self._before[i] = torch.empty_like(p, memory_format=torch.contiguous_format)
+                stepped.append(p)
+                before.append(b)
+                keys.append(key)
+            if stepped:
+                with torch.no_grad():
+                    torch._foreach_copy_(before, stepped)
+            self._stepped = (stepped, keys, before)
+
+    def _after_step(self, optimizer, args, kwargs) -> None:
+        if self._weight_params:
+            _observe(
+                self._slots, self._gate,
+                [p for _, p in self._weight_params],
+                [k for k, _ in self._weight_params],
+                [], self._id,
+            )
+        if self._update_params and self._stepped is not None:
+            stepped, keys, before = self._stepped
+            self._stepped = None
+            if stepped:
+                _observe(self._slots, self._gate, stepped, keys, before, self._id)
+        self._recorder.optimizer_stepped()
+
+
+def _kinds(what) -> List[str]:
+    if isinstance(what, str):
+        what = (what,)
+    try:
+        given = list(what)
+    except TypeError:
+        raise TypeError(
+            f"what must be a kind or a sequence of kinds among {_KINDS}, got {type(what).__name__}"
+        ) from None
+    for kind in given:
+        if kind not in _KINDS:
+            raise ValueError(
+                f"watch: unknown kind {kind!r} in what=; the kinds are "
+                '"grad", "weight", "update" (parameters) and "output", "output_grad" (module outputs)'
+            )
+    if not given:
+        raise ValueError(f"watch: what= names no kind; give any of {_KINDS}")
+    return [k for k in _KINDS if k in given]
+
+
+def _pattern(value, name) -> Optional[Pattern]:
+    if value is None:
+        return None
+    if isinstance(value, re.Pattern):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a regular expression (str), got {type(value).__name__}")
+    try:
+        return re.compile(value)
+    except re.error as e:
+        raise ValueError(f"watch: {name}={value!r} is not a valid regular expression: {e}") from None
+
+
+def _positive_int(value, name) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"watch: {name} must be an int >= 1, got {value!r}")
+    return int(value)
+
+
+def _window(window_steps, window_size):
+    if (window_steps is None) == (window_size is None):
+        raise ValueError(
+            "watch: give exactly one window: window_steps=N (training steps, "
+            "like Stat(window_steps=N)) or window_size=timedelta or seconds; got "
+            + ("both" if window_steps is not None else "neither")
+        )
+    if window_steps is not None:
+        return _positive_int(window_steps, "window_steps"), 0.0
+    if isinstance(window_size, datetime.timedelta):
+        seconds = window_size.total_seconds()
+    elif isinstance(window_size, numbers.Real) and not isinstance(window_size, bool):
+        seconds = float(window_size)
+    else:
+        raise TypeError(
+            f"watch: window_size must be a datetime.timedelta or a number of seconds, got {type(window_size).__name__}"
+        )
+    if not seconds >= 0.001:
+        raise ValueError(f"watch: window_size must be at least 1 ms, got {window_size!r}")
+    return 0, seconds
+
+
+def watch(
+    model: torch.nn.Module,
+    optimizer: Optional[torch.optim.Optimizer] = None,
+    *,
+    what: Union[str, Sequence[str]] = ("grad", "update"),
+    window_steps: Optional[int] = None,
+    window_size: Union[None, float, datetime.timedelta] = None,
+    every: int = 1,
+    include: Union[None, str, Pattern] = None,
+    exclude: Union[None, str, Pattern] = None,
+    histograms_every: Optional[int] = None,
+    writer=None,
+    memory: bool = False,
+    sync_ranks: bool = False,
+) -> Watch:
+    """Watches a model's tensors as windowed statistics, without waiting for
+    the device (docs/watch.md).
+
+    Every window (``window_steps`` training steps, or ``window_size`` of
+    time: exactly one) logs one ``"torch_monitor.Watch"`` event, at the
+    training step it closed at, with ``"<path>.<kind>.<statistic>"`` numbers
+    (``rms``, ``mean``, ``min``, ``max``, ``abs_max``, ``norm``,
+    ``nonfinite``, ``zero_frac``; ``ratio`` for updates), e.g.
+    ``"fc1.weight.grad.rms"``; a window that saw NaN or inf also logs
+    ``"torch_monitor.NonFinite"`` mapping each such ``"<path>.<kind>"`` to
+    the first step it did. Every sink takes them (TensorBoard, JSON Lines,
+    Prometheus).
+
+    Args:
+        model: the module; parameters by ``named_parameters()`` paths, module
+            outputs by ``named_modules()`` paths (not the root's).
+        optimizer: needed for ``"weight"`` and ``"update"``; with it,
+            ``"grad"`` is the gradient the step uses (else each gradient a
+            backward accumulates into ``.grad``).
+        what: any of ``"grad"``, ``"weight"``, ``"update"``, ``"output"``,
+            ``"output_grad"``.
+        window_steps / window_size: the window (see ``Stat``).
+        every: observe on training steps divisible by ``every`` only
+            (decided on the device: compiled graphs do not recompile).
+        include / exclude: regular expressions searched in the parameter
+            and module paths; each must match something.
+        histograms_every, writer: a histogram per watched tensor, tag
+            ``"<path>.<kind>"``, every ``histograms_every`` steps, written by
+            ``writer`` (a ``torch_monitor.TensorBoardWriter``).
+        memory: add ``cuda.memory.allocated``, ``.reserved``,
+            ``.peak_allocated``, ``.alloc_retries``, ``.ooms`` to each event
+            (the CUDA allocator's counters; absent without CUDA).
+        sync_ranks: merge every rank's windows on rank 0 of
+            torch.distributed's default group (docs/distributed.md).
+
+    The training step is ``torch_monitor.set_step``'s; a program that sets
+    none steps by the optimizer's steps. Returns a :class:`Watch`: call
+    ``remove()`` or use it as a context manager.
+    """
+    global _exit_hook_registered
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"watch: model must be a torch.nn.Module, got {type(model).__name__}")
+    kinds = _kinds(what)
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"watch: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
+    for kind in ("weight", "update"):
+        if kind in kinds and optimizer is None:
+            raise ValueError(
+                f'watch: "{kind}" is observed around optimizer steps: pass the '
+                f"optimizer, watch(model, optimizer, what={tuple(kinds)!r})"
+            )
+    window_steps, window_seconds = _window(window_steps, window_size)
+    every = _positive_int(every, "every")
+    include_re = _pattern(include, "include")
+    exclude_re = _pattern(exclude, "exclude")
+    if histograms_every is not None:
+        histograms_every = _positive_int(histograms_every, "histograms_every")
+        if writer is None:
+            raise ValueError(
+                "watch: histograms_every needs writer=, a torch_monitor.TensorBoardWriter to write them to"
+            )
+        if not isinstance(writer, torch.ScriptObject):
+            raise TypeError(
+                "watch: writer must be a torch_monitor.TensorBoardWriter (histograms go to its "
+                f"event file), got {type(writer).__name__}"
+            )
+    elif writer is not None:
+        raise ValueError(
+            "watch: writer= is where histograms go: give histograms_every=k too "
+            "(the statistics reach every registered handler without it)"
+        )
+    strict_bool(memory, "memory")
+    if sync_ranks is not False:
+        if sync_ranks is not True:
+            raise TypeError(
+                f"watch: sync_ranks must be a bool (True: torch.distributed's default group), got {type(sync_ranks).__name__}"
+            )
+        from ._rank_sync import resolve
+
+        resolve(True)  # the default group; ValueError when none is initialised
+
+    def selected(path: str) -> bool:
+        return (include_re is None or include_re.search(path) is not None) and (
+            exclude_re is None or exclude_re.search(path) is None
+        )
+
+    parameters = list(model.named_parameters())  # tied weights once
+    modules = [(path, m) for path, m in model.named_modules() if path]
+    paths = [path for path, _ in parameters] + [path for path, _ in modules]
+    for regex, name in ((include_re, "include"), (exclude_re, "exclude")):
+        if regex is not None and not any(regex.search(p) for p in paths):
+            raise ValueError(
+                f"watch: {name}={regex.pattern!r} matches no parameter path (like "
+                f"{parameters[0][0] if parameters else 'fc1.weight'!r}) and no module path (like "
+                f"{modules[0][0] if modules else 'fc1'!r}) of the model; see model.named_parameters() "
+                "and model.named_modules()"
+            )
+    chosen = [(path, p) for path, p in parameters if selected(path) and p.requires_grad]
+    chosen_modules = [(path, m) for path, m in modules if selected(path)]
+    in_optimizer = set()
+    if optimizer is not None:
+        in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    key_paths: List[str] = []
+    key_kinds: List[str] = []
+    by_kind = {}
+    for kind in kinds:
+        if kind in _PARAMETER_KINDS:
+            targets = chosen
+            if kind != "grad":
+                targets = [(path, p) for path, p in chosen if id(p) in in_optimizer]
+            if not targets:
+                raise ValueError(
+                    f'watch: "{kind}" watches parameters, but no parameter is selected '
+                    + ("that the optimizer updates" if kind != "grad" else "that requires grad")
+                    + " (see include/exclude)"
+                )
+        else:
+            targets = chosen_modules
+            if not targets:
+                raise ValueError(
+                    f'watch: "{kind}" watches submodules\' outputs, but no submodule is selected (see include/exclude)'
+                )
+        by_kind[kind] = [(len(key_paths) + i, path, obj) for i, (path, obj) in enumerate(targets)]
+        key_paths += [path for path, _ in targets]
+        key_kinds += [kind] * len(targets)
+
+    first = next(iter(model.parameters()), None)
+    device = first.device if first is not None else torch.device("cpu")
+    recorder = torch.classes.torch_monitor.Watch(
+        key_paths,
+        key_kinds,
+        window_steps,
+        window_seconds,
+        every,
+        histograms_every or 0,
+        writer,
+        memory,
+        bool(sync_ranks),
+        str(device),
+    )
+    w = Watch(recorder, [f"{p}.{k}" for p, k in zip(key_paths, key_kinds)])
+    handles = w._handles
+
+    # Parameters: through the optimizer's step hooks, or tensor hooks.
+    w._grad_from_optimizer = "grad" in by_kind and optimizer is not None
+    w._grad_params = [(k, p) for k, _, p in by_kind.get("grad", ())]
+    w._weight_params = [(k, p) for k, _, p in by_kind.get("weight", ())]
+    w._update_params = [(k, p) for k, _, p in by_kind.get("update", ())]
+    w._before = [None] * len(w._update_params)
+    w._stepped = None
+    if "grad" in by_kind and optimizer is None:
+        for key, _, p in by_kind["grad"]:
+            handles.append(p.register_hook(_GradHook(w, key)))
+    if optimizer is not None:
+        handles.append(optimizer.register_step_pre_hook(w._before_step))
+        handles.append(optimizer.register_step_post_hook(w._after_step))
+
+    # Module outputs: one forward hook per module.
+    out_keys = {path: key for key, path, _ in by_kind.get("output", ())}
+    grad_keys = {path: key for key, path, _ in by_kind.get("output_grad", ())}
+    for path, module in chosen_modules:
+        if path in out_keys or path in grad_keys:
+            hook = _OutputHook(w, out_keys.get(path, -1), grad_keys.get(path, -1))
+            handles.append(module.register_forward_hook(hook))
+
+    _live.add(w)
+    if not _exit_hook_registered:
+        atexit.register(_close_live_watches)
+        _exit_hook_registered = True
+    return w
