@@ -529,7 +529,7 @@ def test_histogram_of_a_large_cpu_tensor_needs_no_copy_of_it():
         big = torch.randn(25_000_000)  # 100 MB of float32
         expanded = torch.ones(1).expand(50_000_000)  # 4 bytes, 50 M elements
         # Warm up (libraries, thread pools) on a small tensor first.
-        tm.TensorBoardWriter("runs_unused", flush_interval=3600).close()
+        tm.TensorBoardWriter(__import__("tempfile").mkdtemp(), flush_interval=3600).close()
         def peak_mb():
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         w = tm.TensorBoardWriter(__import__("tempfile").mkdtemp(), flush_interval=3600)

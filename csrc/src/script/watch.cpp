@@ -7,7 +7,7 @@
 
 #include <torch/library.h>
 
-#include <torch_monitor/script/script_sinks.h>
+#include <torch_monitor/script/sinks.h>
 #include <torch_monitor/sinks/tensorboard_writer.h>
 
 namespace torch_monitor::script {

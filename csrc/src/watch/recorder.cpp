@@ -19,7 +19,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/clock.h>
-#include <torch_monitor/detail/rank_post.h>
+#include <torch_monitor/detail/rank_sync.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
 #include <torch_monitor/sinks/tensorboard_writer.h>

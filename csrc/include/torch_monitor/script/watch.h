@@ -29,7 +29,7 @@ class TORCH_MONITOR_API ScriptWatch : public torch::CustomClassHolder {
 };
 
 // The class and the op, from the one TORCH_LIBRARY block
-// (script_library.cpp), after the sink classes (the class takes a writer).
+// (registration.cpp), after the sink classes (the class takes a writer).
 void registerWatch(torch::Library& m);
 
 } // namespace torch_monitor::script
