@@ -33,6 +33,8 @@ LAYERS = [
     ("monitors", ["monitors/"]),
     ("nn", ["nn/", "nn"]),
     ("sinks", ["sinks/"]),
+    # watch(model): statistics of every layer, written to the sinks.
+    ("watch", ["watch/"]),
     ("script", ["script/"]),
     ("umbrella", ["torch_monitor"]),
 ]
