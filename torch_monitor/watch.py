@@ -19,6 +19,7 @@ from typing import Iterable, List, Optional, Pattern, Sequence, Union
 
 import torch
 
+from . import _internals
 from ._checks import strict_bool
 
 __all__ = ["watch", "Watch", "WATCH_EVENT", "NONFINITE_EVENT"]
@@ -162,7 +163,7 @@ class Watch:
                 keys.append(key)
             if stepped:
                 with torch.no_grad():
-                    torch._foreach_copy_(before, stepped)
+                    _internals.copy_tensors_(before, stepped)
             self._stepped = (stepped, keys, before)
 
     def _after_step(self, optimizer, args, kwargs) -> None:
