@@ -181,6 +181,8 @@ def blocks_of(path):
 ALL_BLOCKS = [b for path in DOC_FILES for b in blocks_of(path)]
 PYTHON_BLOCKS = [b for b in ALL_BLOCKS if b.language == "python"]
 CPP_BLOCKS = [b for b in ALL_BLOCKS if b.language == "cpp"]
+# The Python blocks that run (test_typing.py also type-checks them).
+RUNNABLE_PYTHON_BLOCKS = [b for b in PYTHON_BLOCKS if not b.skip]
 
 
 def test_blocks_were_found():
@@ -204,21 +206,30 @@ def test_skipped_blocks_are_few():
 # ------------------------------------------------------------ Python
 
 
-@pytest.mark.parametrize(
-    "block", [b for b in PYTHON_BLOCKS if not b.skip], ids=lambda b: b.where
-)
-def test_python_block_runs(block, tmp_path):
-    import_torch_monitor()
-    (tmp_path / "doc_prelude.py").write_text(
+def prelude_source(block):
+    """The code of the module holding a Python block's preludes, in order."""
+    return (
         "import warnings\nwarnings.simplefilter('ignore', DeprecationWarning)\n"
         + "".join(textwrap.dedent(PYTHON_PRELUDES[p]) for p in block.preludes)
     )
-    # A real file (TorchScript reads the source of what it scripts) whose
-    # line numbers are the Markdown file's: tracebacks point at the doc.
+
+
+def block_source(block, prelude_module="doc_prelude"):
+    """The code of a Python block as a module of its own, which star-imports
+    its preludes from ``prelude_module``: its line numbers are the Markdown
+    file's, so tracebacks (and test_typing.py's mypy errors) point at the doc."""
+    return f"from {prelude_module} import *  # noqa\n" + "\n" * (block.line - 2) + block.code
+
+
+@pytest.mark.parametrize(
+    "block", RUNNABLE_PYTHON_BLOCKS, ids=lambda b: b.where
+)
+def test_python_block_runs(block, tmp_path):
+    import_torch_monitor()
+    (tmp_path / "doc_prelude.py").write_text(prelude_source(block))
+    # A real file: TorchScript reads the source of what it scripts.
     script = tmp_path / "doc_block.py"
-    script.write_text(
-        "from doc_prelude import *  # noqa\n" + "\n" * (block.line - 2) + block.code
-    )
+    script.write_text(block_source(block))
     proc = subprocess.run(
         [sys.executable, str(script)],  # its folder first: doc_prelude
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
