@@ -48,7 +48,9 @@ PYTHON_PRELUDES = {
         torch.manual_seed(0)
 
         class _Block(torch.nn.Module):
-            def __init__(self):
+            state: torch.Tensor
+
+            def __init__(self) -> None:
                 super().__init__()
                 self.register_buffer("state", torch.zeros(4))
             def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -56,38 +58,40 @@ PYTHON_PRELUDES = {
                 return x
 
         class Net(torch.nn.Module):
-            def __init__(self):
+            def __init__(self) -> None:
                 super().__init__()
                 self.fc = torch.nn.Linear(4, 4)
                 self.bn = torch.nn.BatchNorm1d(4)
                 self.block = _Block()
             def forward(self, x: torch.Tensor) -> torch.Tensor:
-                return self.block(self.bn(self.fc(x)))
+                out: torch.Tensor = self.block(self.bn(self.fc(x)))
+                return out
 
-        model = Net()
+        model: torch.nn.Module = Net()  # the "pt2" prelude makes it a Model
         x, y = torch.randn(8, 4), torch.randn(8, 4)
         data = [(torch.randn(8, 4), torch.randn(8, 4)) for _ in range(3)]
         batches = [torch.randn(8, 4) for _ in range(3)]
 
-        def train_step(*args):
-            loss = (model(x) - y).square().mean()
+        def train_step(*args: object) -> torch.Tensor:
+            loss: torch.Tensor = (model(x) - y).square().mean()
             loss.backward()
             with torch.no_grad():
                 for p in model.parameters():
-                    p -= 0.01 * p.grad
-                    p.grad = None
+                    if p.grad is not None:
+                        p.sub_(0.01 * p.grad)
+                        p.grad = None
             return loss.detach()
     """,
     # For torch.compile and torch.export: a `Model` whose forward() adds its
     # loss to a Stat and moves a BatchNorm's running mean; `model` is one.
     "pt2": """
         class Model(torch.nn.Module):
-            def __init__(self):
+            def __init__(self) -> None:
                 super().__init__()
                 self.stat = torch_monitor.Stat("loss", [torch_monitor.MEAN], timedelta(seconds=60))
                 self.bn = torch.nn.BatchNorm1d(4)
-            def forward(self, x):
-                loss = self.bn(x).square().mean()
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                loss: torch.Tensor = self.bn(x).square().mean()
                 self.stat.add(loss)
                 return loss
 
