@@ -48,7 +48,9 @@ PYTHON_PRELUDES = {
         torch.manual_seed(0)
 
         class _Block(torch.nn.Module):
-            def __init__(self):
+            state: torch.Tensor
+
+            def __init__(self) -> None:
                 super().__init__()
                 self.register_buffer("state", torch.zeros(4))
             def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -56,38 +58,40 @@ PYTHON_PRELUDES = {
                 return x
 
         class Net(torch.nn.Module):
-            def __init__(self):
+            def __init__(self) -> None:
                 super().__init__()
                 self.fc = torch.nn.Linear(4, 4)
                 self.bn = torch.nn.BatchNorm1d(4)
                 self.block = _Block()
             def forward(self, x: torch.Tensor) -> torch.Tensor:
-                return self.block(self.bn(self.fc(x)))
+                out: torch.Tensor = self.block(self.bn(self.fc(x)))
+                return out
 
-        model = Net()
+        model: torch.nn.Module = Net()  # the "pt2" prelude makes it a Model
         x, y = torch.randn(8, 4), torch.randn(8, 4)
         data = [(torch.randn(8, 4), torch.randn(8, 4)) for _ in range(3)]
         batches = [torch.randn(8, 4) for _ in range(3)]
 
-        def train_step(*args):
-            loss = (model(x) - y).square().mean()
+        def train_step(*args: object) -> torch.Tensor:
+            loss: torch.Tensor = (model(x) - y).square().mean()
             loss.backward()
             with torch.no_grad():
                 for p in model.parameters():
-                    p -= 0.01 * p.grad
-                    p.grad = None
+                    if p.grad is not None:
+                        p.sub_(0.01 * p.grad)
+                        p.grad = None
             return loss.detach()
     """,
     # For torch.compile and torch.export: a `Model` whose forward() adds its
     # loss to a Stat and moves a BatchNorm's running mean; `model` is one.
     "pt2": """
         class Model(torch.nn.Module):
-            def __init__(self):
+            def __init__(self) -> None:
                 super().__init__()
                 self.stat = torch_monitor.Stat("loss", [torch_monitor.MEAN], timedelta(seconds=60))
                 self.bn = torch.nn.BatchNorm1d(4)
-            def forward(self, x):
-                loss = self.bn(x).square().mean()
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                loss: torch.Tensor = self.bn(x).square().mean()
                 self.stat.add(loss)
                 return loss
 
@@ -181,6 +185,8 @@ def blocks_of(path):
 ALL_BLOCKS = [b for path in DOC_FILES for b in blocks_of(path)]
 PYTHON_BLOCKS = [b for b in ALL_BLOCKS if b.language == "python"]
 CPP_BLOCKS = [b for b in ALL_BLOCKS if b.language == "cpp"]
+# The Python blocks that run (test_typing.py also type-checks them).
+RUNNABLE_PYTHON_BLOCKS = [b for b in PYTHON_BLOCKS if not b.skip]
 
 
 def test_blocks_were_found():
@@ -204,21 +210,30 @@ def test_skipped_blocks_are_few():
 # ------------------------------------------------------------ Python
 
 
-@pytest.mark.parametrize(
-    "block", [b for b in PYTHON_BLOCKS if not b.skip], ids=lambda b: b.where
-)
-def test_python_block_runs(block, tmp_path):
-    import_torch_monitor()
-    (tmp_path / "doc_prelude.py").write_text(
+def prelude_source(block):
+    """The code of the module holding a Python block's preludes, in order."""
+    return (
         "import warnings\nwarnings.simplefilter('ignore', DeprecationWarning)\n"
         + "".join(textwrap.dedent(PYTHON_PRELUDES[p]) for p in block.preludes)
     )
-    # A real file (TorchScript reads the source of what it scripts) whose
-    # line numbers are the Markdown file's: tracebacks point at the doc.
+
+
+def block_source(block, prelude_module="doc_prelude"):
+    """The code of a Python block as a module of its own, which star-imports
+    its preludes from ``prelude_module``: its line numbers are the Markdown
+    file's, so tracebacks (and test_typing.py's mypy errors) point at the doc."""
+    return f"from {prelude_module} import *  # noqa\n" + "\n" * (block.line - 2) + block.code
+
+
+@pytest.mark.parametrize(
+    "block", RUNNABLE_PYTHON_BLOCKS, ids=lambda b: b.where
+)
+def test_python_block_runs(block, tmp_path):
+    import_torch_monitor()
+    (tmp_path / "doc_prelude.py").write_text(prelude_source(block))
+    # A real file: TorchScript reads the source of what it scripts.
     script = tmp_path / "doc_block.py"
-    script.write_text(
-        "from doc_prelude import *  # noqa\n" + "\n" * (block.line - 2) + block.code
-    )
+    script.write_text(block_source(block))
     proc = subprocess.run(
         [sys.executable, str(script)],  # its folder first: doc_prelude
         cwd=tmp_path, capture_output=True, text=True, timeout=300,

@@ -5,15 +5,24 @@ typing/typed_usage_ok.py (typical use, fully annotated) must pass
 _C.pyi); typing/typed_usage_bad.py must fail with exactly one error on each
 line marked `# error:`. Both are checked from a scratch folder, so the
 installed package is what mypy reads, not the source tree.
+
+The docs are typed examples too: every Python block of README.md and
+docs/*.md that test_docs.py runs, with its preludes, passes `mypy --strict`
+(one mypy run over all of them, each block a module whose line numbers are
+the Markdown file's; the errors are reported at the Markdown lines).
 """
 
+import dataclasses
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
+
+import test_docs
 
 pytest.importorskip("mypy")
 pytest.importorskip("torch_monitor")
@@ -22,18 +31,29 @@ TYPING = pathlib.Path(__file__).resolve().parent / "typing"
 
 
 @pytest.fixture(scope="module")
-def mypy_results(tmp_path_factory):
+def mypy_cache(tmp_path_factory):
+    """One cache for the module's mypy runs: torch is analysed once."""
+    return tmp_path_factory.mktemp("mypy_cache")
+
+
+def mypy(cwd, cache, *args):
+    """(exit status, output) of `mypy --strict ARGS` run in ``cwd``."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-color-output",
+         "--cache-dir", str(cache), *args],
+        cwd=cwd, capture_output=True, text=True, timeout=600,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def mypy_results(tmp_path_factory, mypy_cache):
     """{file name: (exit status, output)} of one mypy run per file."""
     work = tmp_path_factory.mktemp("typing")
     results = {}
     for name in ("typed_usage_ok.py", "typed_usage_bad.py"):
         shutil.copy(TYPING / name, work / name)
-        proc = subprocess.run(
-            [sys.executable, "-m", "mypy", "--strict", "--no-color-output",
-             "--cache-dir", str(work / ".mypy_cache"), name],
-            cwd=work, capture_output=True, text=True, timeout=600,
-        )
-        results[name] = (proc.returncode, proc.stdout + proc.stderr)
+        results[name] = mypy(work, mypy_cache, name)
     return results
 
 
@@ -52,3 +72,79 @@ def test_mistakes_are_found(mypy_results):
         for m in re.finditer(r"^typed_usage_bad\.py:(\d+): error:", output, re.M)
     ]
     assert sorted(found) == sorted(expected), output
+
+
+# ------------------------------------------------------------ the docs
+
+DOCS_MYPY_CONFIG = """
+[mypy]
+# torch.jit.load and Tensor.backward are not annotated in torch: calling
+# them is an untyped call, which is torch's gap, not the docs'.
+untyped_calls_exclude = torch.jit, torch._tensor.Tensor.backward
+# The names a prelude imports (torch, torch_monitor, ...) reach its blocks
+# through `from doc_preludes.X import *`, as when the blocks run.
+[mypy-doc_preludes.*]
+implicit_reexport = True
+# Optional dependencies the docs use, which ship no type information.
+[mypy-tensorboard.*]
+ignore_missing_imports = True
+"""
+
+
+def prelude_lines(block):
+    """For each line of the module test_docs.prelude_source(block) writes:
+    its line in test_docs.py (None for the lines it adds), so that an error
+    in a prelude is reported once, where the prelude is written."""
+    source = pathlib.Path(test_docs.__file__).read_text().splitlines()
+    header = test_docs.prelude_source(dataclasses.replace(block, preludes=()))
+    lines = [None] * len(header.splitlines())
+    for name in block.preludes:
+        first = source.index(f'    "{name}": """')  # the prelude's empty first line
+        size = len(textwrap.dedent(test_docs.PYTHON_PRELUDES[name]).splitlines())
+        lines += range(first + 1, first + 1 + size)
+    written = test_docs.prelude_source(block).splitlines()
+    assert len(lines) == len(written)
+    for line, text in zip(lines, written):
+        assert line is None or source[line - 1].strip().endswith(text.strip()), (line, text)
+    return lines
+
+
+def test_doc_blocks_pass_mypy_strict(tmp_path, mypy_cache):
+    """One mypy run over every block test_docs.py runs, each in a module of
+    its own (test_docs.block_source: doc_block_N.py, whose line numbers are
+    the Markdown file's) which star-imports its preludes from
+    doc_preludes/with_NAMES.py (test_docs.prelude_source). The errors are
+    listed at the Markdown lines, and at test_docs.py's for the preludes."""
+    blocks = test_docs.RUNNABLE_PYTHON_BLOCKS
+    assert blocks
+    (tmp_path / "doc_preludes").mkdir()
+    (tmp_path / "doc_preludes" / "__init__.py").write_text("")
+    (tmp_path / "mypy.ini").write_text(DOCS_MYPY_CONFIG)
+    where = {}  # file written: {its line: "file:line" to report}
+    for n, block in enumerate(blocks):
+        prelude = "with_" + ("_".join(block.preludes) or "none")
+        path = f"doc_preludes/{prelude}.py"
+        if path not in where:
+            (tmp_path / path).write_text(test_docs.prelude_source(block))
+            where[path] = {
+                i + 1: f"test/python/test_docs.py:{line}"
+                for i, line in enumerate(prelude_lines(block)) if line
+            }
+        source = test_docs.block_source(block, f"doc_preludes.{prelude}")
+        (tmp_path / f"doc_block_{n}.py").write_text(source)
+        doc = block.path.relative_to(test_docs.ROOT)
+        where[f"doc_block_{n}.py"] = {
+            line: f"{doc}:{line}" for line in range(1, source.count("\n") + 2)
+        }
+    status, output = mypy(tmp_path, mypy_cache, "--config-file", "mypy.ini", *where)
+    messages = []  # at the Markdown lines; a prelude's once, whatever uses it
+    for line in output.splitlines():
+        m = re.match(r"([\w/]+\.py):(\d+):(.*)", line)
+        if m and int(m.group(2)) in where.get(m.group(1), {}):
+            line = where[m.group(1)][int(m.group(2))] + ":" + m.group(3)
+        if line not in messages:
+            messages.append(line)
+    assert status == 0, (
+        f"mypy --strict over the {len(blocks)} Python blocks test_docs.py runs:\n"
+        + "\n".join(messages)
+    )
