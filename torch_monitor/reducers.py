@@ -235,7 +235,7 @@ class FoldReducer(nn.Module):
 
     # -- the reducer interface -------------------------------------------
 
-    def fold(self, *inputs_and_state: Optional[Tensor]) -> Tensor:
+    def fold(self, *inputs_and_state: Any) -> Tensor:
         """Subclasses written in Python define it: ``fold(*inputs, state)``
         gives the new state from the step's inputs and the previous state
         (None at the first step), as inferno's ``FoldReducer.fold``. The
