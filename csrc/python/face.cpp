@@ -214,13 +214,14 @@ void initFaces(py::module_& m) {
       "_harden_face_class",
       [](py::handle cls) {
         initialiseOnNew(cls);
-        refuseUninitialisedUse(cls);
+        usePlainGetattr(cls);
       },
       py::arg("cls"),
-      "Makes cls.__new__(cls, ...) initialise the object as cls(...) does, "
-      "and gives the class plain attribute lookup (torch.ScriptObject's "
-      "__getattr__ hook would slow every lookup) that refuses an object "
-      "never initialised");
+      "Makes cls.__new__(cls, ...) initialise the object as cls(...) does "
+      "(so none is ever left uninitialised), and gives the class plain "
+      "attribute lookup (torch.ScriptObject's __getattr__ hook would slow "
+      "every lookup, and calls like stat.add(v) bind the method first "
+      "without it)");
   m.def(
       "_wrap",
       [](py::handle cls, py::handle scriptObject) {

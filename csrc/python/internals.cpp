@@ -152,6 +152,12 @@ void addRawMethod(py::handle cls, PyMethodDef* def) {
   Py_DECREF(descriptor);
 }
 
+void usePlainGetattr(py::handle cls) {
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  type->tp_getattro = PyObject_GenericGetAttr;
+  PyType_Modified(type);
+}
+
 void usePlainSetattr(py::handle cls) {
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   type->tp_setattro = PyObject_GenericSetAttr;

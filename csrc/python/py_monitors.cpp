@@ -798,11 +798,11 @@ void initMonitors(py::module_& m) {
   // The same for setting: ScriptObject's __setattr__ would look for a
   // TorchScript attribute and miss the train_update/eval_update setters.
   usePlainSetattr(cls);
-  refuseUninitialisedUse(cls); // also plain lookup, see above
+  usePlainGetattr(cls);
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
-  // Slots (repr, ==, hash) bypass attribute lookup: an object made with
-  // __new__ alone read garbage there. As every face, it is never made
-  // uninitialised (pickling goes through __reduce_ex__, a factory).
+  // As every face, it is never made uninitialised (an object made with
+  // __new__ alone read garbage in its slots: repr, ==, hash); pickling goes
+  // through __reduce_ex__, a factory.
   initialiseOnNew(cls);
   markFace(cls, "DifferenceMonitor");
   gMonitorType = type;
