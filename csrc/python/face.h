@@ -14,6 +14,8 @@
 #include <pybind11/pybind11.h>
 #include <torch/csrc/jit/api/object.h>
 
+#include "internals.h"
+
 namespace torch_monitor::python {
 
 namespace py = pybind11;
@@ -33,10 +35,19 @@ struct Face : torch::jit::Object {
   torch::CustomClassHolder* holder_;
 };
 
-// The Face of `obj` when obj is an initialised face of a class derived from
-// `type`, else nullptr with a Python TypeError set. For raw CPython methods
-// (hot paths), which pybind11's checks do not cover.
-Face* faceOf(PyObject* obj);
+// Sets the TypeError for a face never initialised; returns nullptr.
+Face* refuseUninitialisedFace(PyObject* obj);
+
+// The Face of `obj` when obj is an initialised face, else nullptr with a
+// Python TypeError set. For raw CPython methods (hot paths), which
+// pybind11's checks do not cover; inline, as it runs on every Stat.add.
+inline Face* faceOf(PyObject* obj) {
+  void* face = cppObjectOf(obj);
+  if (__builtin_expect(face == nullptr, 0)) {
+    return refuseUninitialisedFace(obj);
+  }
+  return static_cast<Face*>(face);
+}
 
 void initFaces(py::module_& m);
 
