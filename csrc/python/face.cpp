@@ -106,15 +106,6 @@ Face::Face(torch::jit::Object object) : torch::jit::Object(std::move(object)) {
   holder_ = slots[0].toCapsule().get();
 }
 
-Face* refuseUninitialisedFace(PyObject* obj) {
-  PyErr_Format(
-      PyExc_TypeError,
-      "this %s object was never initialised (made with __new__ alone); "
-      "create it by calling the class",
-      Py_TYPE(obj)->tp_name);
-  return nullptr;
-}
-
 void initFaces(py::module_& m) {
   py::class_<Face, torch::jit::Object> face(
       m,

@@ -35,16 +35,14 @@ struct Face : torch::jit::Object {
   torch::CustomClassHolder* holder_;
 };
 
-// Sets the TypeError for a face never initialised; returns nullptr.
-Face* refuseUninitialisedFace(PyObject* obj);
-
 // The Face of `obj` when obj is an initialised face, else nullptr with a
 // Python TypeError set. For raw CPython methods (hot paths), which
 // pybind11's checks do not cover; inline, as it runs on every Stat.add.
 inline Face* faceOf(PyObject* obj) {
   void* face = cppObjectOf(obj);
   if (__builtin_expect(face == nullptr, 0)) {
-    return refuseUninitialisedFace(obj);
+    refuseUninitialised(obj);
+    return nullptr;
   }
   return static_cast<Face*>(face);
 }

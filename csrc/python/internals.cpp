@@ -6,12 +6,7 @@ namespace {
 
 PyObject* getAttrOfInitialised(PyObject* obj, PyObject* name) {
   if (cppObjectOf(obj) == nullptr) {
-    PyErr_Format(
-        PyExc_TypeError,
-        "this %s object was never initialised (made with __new__ alone); "
-        "create it by calling the class",
-        Py_TYPE(obj)->tp_name);
-    return nullptr;
+    return refuseUninitialised(obj);
   }
   return PyObject_GenericGetAttr(obj, name);
 }
@@ -191,6 +186,15 @@ PyObject* moduleMember(PyObject* module, PyObject* name, bool* found) {
     }
   }
   Py_DECREF(dict);
+  return nullptr;
+}
+
+PyObject* refuseUninitialised(PyObject* obj) {
+  PyErr_Format(
+      PyExc_TypeError,
+      "this %s object was never initialised (made with __new__ alone); "
+      "create it by calling the class",
+      Py_TYPE(obj)->tp_name);
   return nullptr;
 }
 

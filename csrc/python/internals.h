@@ -24,6 +24,10 @@ inline void* cppObjectOf(PyObject* obj) {
       : pybind11::detail::values_and_holders(inst).begin()->value_ptr();
 }
 
+// Sets the TypeError for an instance never initialised (made with __new__
+// alone) and returns nullptr.
+PyObject* refuseUninitialised(PyObject* obj);
+
 // Makes every attribute lookup on an uninitialised instance of `cls` raise
 // TypeError instead of reaching methods that would dereference its missing
 // C++ object (pybind11 does not check). Costs one pointer test per lookup.
