@@ -7,6 +7,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/call_each.h>
 #include <torch_monitor/detail/text.h>
 
 namespace torch_monitor {
@@ -49,19 +50,9 @@ void tellStepListeners(const F& tell) {
   if (!listeners) {
     return;
   }
-  std::exception_ptr first;
-  for (const auto& listener : *listeners) {
-    try {
-      tell(*listener);
-    } catch (...) {
-      if (!first) {
-        first = std::current_exception();
-      }
-    }
-  }
-  if (first) {
-    std::rethrow_exception(first);
-  }
+  callEach(*listeners, [&](const std::shared_ptr<StepListener>& listener) {
+    tell(*listener);
+  });
 }
 
 } // namespace

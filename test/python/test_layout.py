@@ -20,7 +20,7 @@ LAYERS = [
     ("detail utilities", ["export", "detail/text", "detail/in_place",
                           "detail/lifecycle", "detail/fork_safe_locks",
                           "detail/blocking_lock", "detail/thread_shard",
-                          "detail/accumulator"]),
+                          "detail/accumulator", "detail/call_each"]),
     # The vocabulary and the services a Stat logs through.
     ("core", ["version", "aggregation", "event", "step", "clock",
               "process_rank", "background_warnings", "event_handler"]),
@@ -42,6 +42,7 @@ LAYERS = [
 # Headers with no out-of-line code, so without a .cpp.
 HEADER_ONLY = {
     "export", "torch_monitor", "nn", "nn/call", "detail/accumulator",
+    "detail/call_each",
     "detail/in_place", "reducers/factory", "reducers/reducers",
     "sinks/sinks",
 }

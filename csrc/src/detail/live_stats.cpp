@@ -9,6 +9,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/call_each.h>
 #include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
@@ -161,19 +162,7 @@ void stepWentBack(int64_t step, std::optional<int64_t> previous) {
       }
     });
   }
-  std::exception_ptr first;
-  for (const Event& event : events) {
-    try {
-      dispatchEvent(event);
-    } catch (...) {
-      if (!first) {
-        first = std::current_exception();
-      }
-    }
-  }
-  if (first) {
-    std::rethrow_exception(first);
-  }
+  callEach(events, [](const Event& event) { dispatchEvent(event); });
 }
 
 void closeAllLiveStats() noexcept {

@@ -6,6 +6,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/call_each.h>
 #include <torch_monitor/detail/rank_sync.h>
 #include <torch_monitor/detail/tensor_window.h>
 #include <torch_monitor/event_handler.h>
@@ -183,19 +184,7 @@ void StatEngine<T>::addCapped(T v) {
     }
   }
   // Both are emitted even if the first one's handlers throw.
-  std::exception_ptr first;
-  for (const ClosedWindow& c : closed) {
-    try {
-      emit(c);
-    } catch (...) {
-      if (!first) {
-        first = std::current_exception();
-      }
-    }
-  }
-  if (first) {
-    std::rethrow_exception(first);
-  }
+  callEach(closed, [this](const ClosedWindow& c) { emit(c); });
 }
 
 template <typename T>

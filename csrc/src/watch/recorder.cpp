@@ -19,6 +19,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/clock.h>
+#include <torch_monitor/detail/call_each.h>
 #include <torch_monitor/detail/rank_sync.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
@@ -168,19 +169,8 @@ std::vector<Event> eventsOf(
 }
 
 void dispatchAll(const std::vector<Event>& events) {
-  std::exception_ptr first;
-  for (const Event& event : events) {
-    try {
-      detail::dispatchEvent(event);
-    } catch (...) {
-      if (!first) {
-        first = std::current_exception();
-      }
-    }
-  }
-  if (first) {
-    std::rethrow_exception(first);
-  }
+  detail::callEach(
+      events, [](const Event& event) { detail::dispatchEvent(event); });
 }
 
 // Live recorders by id. Never destroyed: recorders may outlive static
