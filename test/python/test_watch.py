@@ -776,6 +776,24 @@ def test_a_stalled_rank_gives_partial_merges_without_blocking(tmp_path):
     assert results[0]["seconds"] < 10
 
 
+def test_a_rank_watching_other_keys_is_refused_and_logs_its_own_windows(tmp_path):
+    # Rank 1 watches fc1 only: rank 0 must not merge its rows into its own
+    # layout; it refuses them and says so, and rank 1 logs them itself.
+    results = run_ranks(tmp_path, 2, env={"DEADLINE": "1", "OTHER_KEYS": "1"})
+    for rank in (0, 1):
+        events = results[rank]["events"]
+        assert [e["step"] for e in events] == [4, 8, 12], (rank, events)
+        for w, e in enumerate(events):
+            data = dict(e["data"])
+            assert data.pop("watch.ranks") == 1, (rank, w)  # its own window alone
+            want = merged_oracle(results, [rank], w)
+            if rank == 1:  # what its hooks saw, less what it does not watch
+                want = {k: v for k, v in want.items() if not k.startswith("fc2.")}
+            assert_data(data, want, rel=1e-9)
+    refused = [m for m in results[0]["warnings"] if "is not the same on every rank" in m]
+    assert len(refused) == 1 and "rank 1" in refused[0], results[0]["warnings"]
+
+
 # ------------------------------------------------------------ import cost
 
 

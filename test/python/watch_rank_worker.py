@@ -5,13 +5,15 @@ argv: rank world_size init_method out_dir. Every rank trains the same model
 WINDOW steps, captures what it observed with hooks of its own, and writes
 its events, those observations and how long the last merge took to
 out_dir/rank<r>.json. With STALL set, rank 2 sleeps that long before the
-step that closes its first window (DEADLINE: rank 0's wait).
+step that closes its first window (DEADLINE: rank 0's wait). With
+OTHER_KEYS set, rank 1 watches fc1 only (the others the whole model).
 """
 
 import json
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -38,6 +40,10 @@ def main():
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     tm.set_rank_sync_deadline(float(os.environ.get("DEADLINE", "5")))
     stall = float(os.environ.get("STALL", "0"))
+    # Background warnings (the rank sync thread's) are RuntimeWarnings here.
+    warned = []
+    warnings.simplefilter("always")
+    warnings.showwarning = lambda message, *args, **kwargs: warned.append(str(message))
     events = []
     handle = tm.register_event_handler(
         lambda e: events.append({"name": e.name, "step": e.step, "data": dict(e.data)})
@@ -46,7 +52,9 @@ def main():
     torch.manual_seed(0)  # the same model on every rank
     model = MLP()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    w = tm.watch(model, optimizer, what=("grad", "update", "output"), window_steps=WINDOW, sync_ranks=True)
+    exclude = r"^fc2" if os.environ.get("OTHER_KEYS") and rank == 1 else None
+    w = tm.watch(model, optimizer, what=("grad", "update", "output"), window_steps=WINDOW,
+                 exclude=exclude, sync_ranks=True)
     observed = {}  # window -> key -> [[values], ratio]
 
     def seen(step, key, t, ratio=None):
@@ -83,7 +91,7 @@ def main():
     w.remove()
     tm.unregister_event_handler(handle)
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump({"events": events, "observed": observed, "seconds": seconds}, f)
+        json.dump({"events": events, "observed": observed, "seconds": seconds, "warnings": warned}, f)
     if not stall:
         dist.barrier()
     dist.destroy_process_group()

@@ -510,15 +510,15 @@ void Recorder::publish(Closed c) {
           }
           std::optional<int64_t> step;
           std::vector<std::pair<std::string, int64_t>> memory;
-          bool mismatch = false;
           for (const auto& bytes : values) {
             const auto share = decode(bytes);
             if (!share) {
               continue; // an empty marker: the rank observed nothing
             }
+            // Rank 0 refused the posts of other layouts (the shape below):
+            // what reaches here has this one, bar foreign bytes.
             if (share->layoutHash != hash ||
                 share->rows.size() != merged.size()) {
-              mismatch = true;
               continue;
             }
             for (size_t k = 0; k < keys.size(); ++k) {
@@ -545,12 +545,6 @@ void Recorder::publish(Closed c) {
                 }
               }
             }
-          }
-          if (mismatch) {
-            TORCH_WARN(
-                "torch_monitor.watch: a rank watches other keys than rank 0 "
-                "(another model or other include/exclude); its window is left "
-                "out of the merge");
           }
           return eventsOf(
               keys, merged.data(), step, memory, int64_t(values.size()));
