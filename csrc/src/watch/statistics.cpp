@@ -171,7 +171,12 @@ template <typename T, bool kDelta>
   return p;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: a clone is chosen by an IFUNC resolver, which
+// the dynamic loader runs while it relocates the library, before the TSan
+// runtime is set up; the instrumented resolver then crashes every program
+// at start (seen with GCC 12).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)
 #define TORCH_MONITOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define TORCH_MONITOR_CLONES
