@@ -324,6 +324,41 @@ def _checked_callable(fn, name: str):
     return fn
 
 
+class _PartialConstructor:
+    """``partialconstructor`` of the built-in monitors, derived from the
+    class's ``__init__``: it takes every argument of ``__init__`` but
+    ``attr`` and ``module``, in the same order, and returns
+    ``constructor(attr, module)`` building a monitor registered on
+    ``module`` (for monitors without an ``attr``, inferno's Input and Output
+    monitors, on the submodule ``module.<attr>``). Monitors built by one
+    constructor share ``reducer``, as in inferno. Its signature is the
+    class's (``help()`` and ``inspect`` show it)."""
+
+    def __get__(self, instance, cls):
+        init = inspect.signature(cls.__init__)
+        has_attr = "attr" in init.parameters
+        signature = init.replace(
+            parameters=[p for name, p in init.parameters.items() if name not in ("self", "attr", "module")],
+            return_annotation=MonitorConstructor,
+        )
+
+        def partialconstructor(*args: Any, **kwargs: Any) -> MonitorConstructor:
+            # Wrong arguments are a TypeError now, not when a model is built.
+            given = signature.bind(*args, **kwargs).arguments
+
+            def constructor(attr: str, module: nn.Module):
+                if has_attr:
+                    return cls(attr=attr, module=module, **given)
+                return cls(module=_resolve(module, attr), **given)
+
+            return constructor
+
+        partialconstructor.__signature__ = signature  # type: ignore[attr-defined]
+        partialconstructor.__doc__ = type(self).__doc__
+        partialconstructor.__qualname__ = f"{cls.__qualname__}.partialconstructor"
+        return partialconstructor
+
+
 class _Monitor(nn.Module):
     """What every monitor shares: a C++ core (``_C.DifferenceMonitorCore``, a
     ``torch.classes.torch_monitor.DifferenceMonitor``) feeding the reducer,
@@ -347,6 +382,8 @@ class _Monitor(nn.Module):
         self._finalizer = None
         if module is not None:
             self.register(module)
+
+    partialconstructor = _PartialConstructor()
 
     @classmethod
     def _new_key(cls) -> str:
@@ -686,38 +723,6 @@ class DifferenceMonitor(_Monitor):
         value = _path_expression(self.attr)
         return _HookSide("before", value), _HookSide("after", value)
 
-    @classmethod
-    def partialconstructor(
-        cls,
-        reducer,
-        train_update: bool = True,
-        eval_update: bool = True,
-        prepend: bool = False,
-        filter_: Optional[Callable[[Any, Any], bool]] = None,
-        map_: Optional[Callable[[Any, Any], Tuple[torch.Tensor, ...]]] = None,
-        op_: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
-        keep_graph: bool = False,
-    ) -> MonitorConstructor:
-        """``constructor(attr, module)`` building registered monitors with these
-        arguments (all of them: inferno 0.0.5 drops ``op_`` here). Monitors
-        built by one constructor share ``reducer``, as in inferno."""
-
-        def constructor(attr: str, module: nn.Module) -> "DifferenceMonitor":
-            return cls(
-                reducer=reducer,
-                attr=attr,
-                module=module,
-                train_update=train_update,
-                eval_update=eval_update,
-                prepend=prepend,
-                filter_=filter_,
-                map_=map_,
-                op_=op_,
-                keep_graph=keep_graph,
-            )
-
-        return constructor
-
     @property
     def attr(self) -> str:
         """The monitored attribute path."""
@@ -789,6 +794,22 @@ class _ObservingMonitor(_Monitor):
     _as_prehook = False
     _kind = ""  # the class name monitors_of reports
     _defaults = (_not_none, _as_tuple)  # (filter_, map_) as read back
+    _what = ""  # Input/OutputMonitor: the hook argument observed
+
+    # Input/OutputMonitor's; the monitors of an attribute add `attr`.
+    def __init__(
+        self,
+        reducer,
+        module: Optional[nn.Module] = None,
+        train_update: bool = True,
+        eval_update: bool = True,
+        prepend: bool = False,
+        filter_: Optional[Callable[[Any], bool]] = None,
+        map_: Optional[Callable[[Any], Tuple[torch.Tensor, ...]]] = None,
+        keep_graph: bool = False,
+    ):
+        nn.Module.__init__(self)
+        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph)
 
     def _setup(self, reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph):
         # A default read back from a monitor is the default again (the C++
@@ -816,12 +837,12 @@ class _ObservingMonitor(_Monitor):
         )
 
     def _core_name(self) -> str:
-        raise NotImplementedError
+        return self._what
 
     def _observed_value(self) -> str:
         """TorchScript source of the observed value (``self``, ``input``,
         ``output`` in scope)."""
-        raise NotImplementedError
+        return self._what
 
     def _hook_sides(self):
         side = _HookSide("observe", self._observed_value())
@@ -863,46 +884,7 @@ class InputMonitor(_ObservingMonitor):
     _as_prehook = True
     _kind = "InputMonitor"
     _defaults = (_truthy, _unchanged)
-
-    def __init__(
-        self,
-        reducer,
-        module: Optional[nn.Module] = None,
-        train_update: bool = True,
-        eval_update: bool = True,
-        prepend: bool = False,
-        filter_: Optional[Callable[[Tuple[Any, ...]], bool]] = None,
-        map_: Optional[Callable[[Tuple[Any, ...]], Tuple[torch.Tensor, ...]]] = None,
-        keep_graph: bool = False,
-    ):
-        nn.Module.__init__(self)
-        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph)
-
-    def _core_name(self) -> str:
-        return "input"
-
-    def _observed_value(self) -> str:
-        return "input"
-
-    @classmethod
-    def partialconstructor(
-        cls,
-        reducer,
-        train_update: bool = True,
-        eval_update: bool = True,
-        prepend: bool = False,
-        filter_: Optional[Callable[[Tuple[Any, ...]], bool]] = None,
-        map_: Optional[Callable[[Tuple[Any, ...]], Tuple[torch.Tensor, ...]]] = None,
-        keep_graph: bool = False,
-    ) -> MonitorConstructor:
-        """``constructor(attr, module)`` registering a monitor on the submodule
-        ``module.<attr>``, as in inferno."""
-
-        def constructor(attr: str, module: nn.Module) -> "InputMonitor":
-            return cls(reducer, _resolve(module, attr), train_update, eval_update,
-                       prepend, filter_, map_, keep_graph)
-
-        return constructor
+    _what = "input"
 
 
 class OutputMonitor(_ObservingMonitor):
@@ -916,28 +898,7 @@ class OutputMonitor(_ObservingMonitor):
     """
 
     _kind = "OutputMonitor"
-
-    def __init__(
-        self,
-        reducer,
-        module: Optional[nn.Module] = None,
-        train_update: bool = True,
-        eval_update: bool = True,
-        prepend: bool = False,
-        filter_: Optional[Callable[[Any], bool]] = None,
-        map_: Optional[Callable[[Any], Tuple[torch.Tensor, ...]]] = None,
-        keep_graph: bool = False,
-    ):
-        nn.Module.__init__(self)
-        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph)
-
-    def _core_name(self) -> str:
-        return "output"
-
-    def _observed_value(self) -> str:
-        return "output"
-
-    partialconstructor = InputMonitor.__dict__["partialconstructor"]
+    _what = "output"
 
 
 class StateMonitor(_ObservingMonitor):
@@ -984,27 +945,6 @@ class StateMonitor(_ObservingMonitor):
 
     def _observed_value(self) -> str:
         return _path_expression(self._attr)
-
-    @classmethod
-    def partialconstructor(
-        cls,
-        reducer,
-        as_prehook: bool = False,
-        train_update: bool = True,
-        eval_update: bool = True,
-        prepend: bool = False,
-        filter_: Optional[Callable[[Any], bool]] = None,
-        map_: Optional[Callable[[Any], Tuple[torch.Tensor, ...]]] = None,
-        keep_graph: bool = False,
-    ) -> MonitorConstructor:
-        """``constructor(attr, module)`` building registered monitors."""
-
-        def constructor(attr: str, module: nn.Module) -> "StateMonitor":
-            return cls(reducer, attr, module, as_prehook, train_update, eval_update,
-                       prepend, filter_, map_, keep_graph)
-
-        return constructor
-
 
 class MultiStateMonitor(_ObservingMonitor):
     r"""Records several attributes of a module at each forward call (inferno's
@@ -1068,28 +1008,6 @@ class MultiStateMonitor(_ObservingMonitor):
 
     def _observed_value(self) -> str:
         return "(" + ", ".join(_path_expression(p) for p in self.attrs) + ",)"
-
-    @classmethod
-    def partialconstructor(
-        cls,
-        reducer,
-        subattrs: Tuple[str, ...],
-        as_prehook: bool = False,
-        train_update: bool = True,
-        eval_update: bool = True,
-        prepend: bool = False,
-        filter_: Optional[Callable[[Tuple[Any, ...]], bool]] = None,
-        map_: Optional[Callable[[Tuple[Any, ...]], Tuple[torch.Tensor, ...]]] = None,
-        keep_graph: bool = False,
-    ) -> MonitorConstructor:
-        """``constructor(attr, module)`` building registered monitors."""
-
-        def constructor(attr: str, module: nn.Module) -> "MultiStateMonitor":
-            return cls(reducer, attr, subattrs, module, as_prehook, train_update,
-                       eval_update, prepend, filter_, map_, keep_graph)
-
-        return constructor
-
 
 # ------------------------------------------------- monitors in Python
 

@@ -10,11 +10,9 @@ watch and attaches the hooks: module forward hooks (traced into
 tensor hooks and the optimizer's step hooks.
 """
 
-import atexit
 import datetime
 import numbers
 import re
-import weakref
 from typing import Iterable, List, Optional, Pattern, Sequence, Union
 
 import torch
@@ -32,18 +30,6 @@ NONFINITE_EVENT = "torch_monitor.NonFinite"
 _KINDS = ("grad", "weight", "update", "output", "output_grad")
 _PARAMETER_KINDS = ("grad", "weight", "update")
 _observe = torch.ops.torch_monitor.watch_observe_.default
-
-# Watches not removed yet: their last windows are logged at exit, before the
-# package's own exit hook removes the Python handlers and flushes the rank
-# sync (registered at the first watch(), so it runs before that hook).
-_live: "weakref.WeakSet[Watch]" = weakref.WeakSet()
-_exit_hook_registered = False
-
-
-def _close_live_watches() -> None:
-    for w in sorted(_live, key=lambda w: w._id):
-        w.close()
-
 
 def _observed_tensor(output):
     """The tensor a module's output stands for: the output itself, or the
@@ -124,7 +110,6 @@ class Watch:
             handle.remove()
         self._handles.clear()
         self._recorder.remove()
-        _live.discard(self)
 
     def __enter__(self) -> "Watch":
         return self
@@ -297,7 +282,6 @@ def watch(
     none steps by the optimizer's steps. Returns a :class:`Watch`: call
     ``remove()`` or use it as a context manager.
     """
-    global _exit_hook_registered
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"watch: model must be a torch.nn.Module, got {type(model).__name__}")
     kinds = _kinds(what)
@@ -425,8 +409,4 @@ def watch(
             hook = _OutputHook(w, out_keys.get(path, -1), grad_keys.get(path, -1))
             handles.append(module.register_forward_hook(hook))
 
-    _live.add(w)
-    if not _exit_hook_registered:
-        atexit.register(_close_live_watches)
-        _exit_hook_registered = True
     return w

@@ -19,6 +19,7 @@
 #include <torch_monitor/rank_sync.h>
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
 #include <torch_monitor/stat.h>
+#include <torch_monitor/watch/recorder.h>
 
 namespace torch_monitor::python {
 
@@ -38,10 +39,11 @@ void initExit(py::module_& m) {
           // 1. No handler runs on the timer's thread from now on (those
           //    running return first, bounded).
           stopWindowTimer();
-          // 2. The last windows of every Stat, even one still referenced
-          //    (a module global, a handler handle, a scripted module), reach
-          //    Python handlers and sinks alike.
+          // 2. The last windows of every Stat and every watch, even one
+          //    still referenced (a module global, a handler handle, a
+          //    scripted module), reach Python handlers and sinks alike.
           closeAllStats();
+          watch::Recorder::closeAll();
           // 3. Synced Stats' windows are merged (rank 0) or taken by rank 0
           //    (other ranks), bounded by the deadline; the rank sync thread
           //    then stops, and later windows are logged locally.
@@ -57,7 +59,7 @@ void initExit(py::module_& m) {
         issueHeldBackgroundWarnings();
       },
       "Runs torch_monitor's exit sequence (registered with atexit): stops "
-      "the window timer, closes every Stat's open window, flushes rank sync "
+      "the window timer, closes every Stat's and watch's open window, flushes rank sync "
       "and the file sinks, unregisters Python handlers, then issues the "
       "background warnings held meanwhile");
 }

@@ -214,6 +214,23 @@ def test_prepend_orders_the_hook_like_inferno(inferno):
     assert order["ours"] == order["theirs"] == ["monitor", "other"]
 
 
+def test_partialconstructors_take_the_constructors_arguments_but_attr_and_module(inferno):
+    # Derived from each class's __init__: the same names, order and defaults
+    # as inferno's hand-written ones, and wrong arguments fail at once.
+    import inspect
+
+    for name in ("DifferenceMonitor", "InputMonitor", "OutputMonitor", "StateMonitor", "MultiStateMonitor"):
+        ours = inspect.signature(getattr(tm, name).partialconstructor).parameters
+        theirs = inspect.signature(getattr(inferno, name).partialconstructor).parameters
+        expected = [p for p in theirs if p != "cls"]
+        assert [p for p in ours if p != "keep_graph"] == expected, name
+        assert all(ours[p].default == theirs[p].default for p in theirs if p in ours), name
+    with pytest.raises(TypeError, match="unexpected keyword argument 'module'"):
+        tm.StateMonitor.partialconstructor(tm.PassthroughReducer(1.0), module=Layer())
+    with pytest.raises(TypeError, match="missing a required argument: 'subattrs'"):
+        tm.MultiStateMonitor.partialconstructor(tm.PassthroughReducer(1.0))
+
+
 def test_partialconstructors_match_inferno(inferno):
     # Input/Output monitors register on the submodule at `attr`; State and
     # MultiState monitors on the module itself, reading `attr` through it.

@@ -450,6 +450,29 @@ def test_remove_removes_every_hook_and_the_context_manager_does_too(events):
     assert len(events.all) == n
 
 
+def test_the_last_window_reaches_python_handlers_and_sinks_at_exit(tmp_path):
+    # The exit sequence (C++, with the Stats' last windows) closes the open
+    # window of a watch the program never removed, before Python handlers
+    # go; with -W error a warning could not stop it half-way.
+    out = run_isolated(
+        f"""
+        import torch, torch_monitor as tm
+        model = torch.nn.Linear(3, 2)
+        w = tm.watch(model, what="grad", window_steps=100)
+        tm.register_event_handler(lambda e: print("handler", e.name, e.step, sorted(e.data)[:1]))
+        tm.JsonLinesWriter({str(tmp_path / "w.jsonl")!r}).register()
+        for step in range(3):
+            tm.set_step(step)
+            model(torch.ones(1, 3)).sum().backward()
+        """,
+        env={"PYTHONWARNINGS": "error"},
+    )
+    assert out.returncode == 0, out.describe()
+    assert "handler torch_monitor.Watch 2 ['bias.grad.abs_max']" in out.stdout, out.describe()
+    lines = (tmp_path / "w.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and '"torch_monitor.Watch"' in lines[0]
+
+
 # ------------------------------------------------------------ sinks, histograms, memory
 
 
