@@ -28,7 +28,6 @@ WATCH_EVENT = "torch_monitor.Watch"
 NONFINITE_EVENT = "torch_monitor.NonFinite"
 
 _KINDS = ("grad", "weight", "update", "output", "output_grad")
-_PARAMETER_KINDS = ("grad", "weight", "update")
 _observe = torch.ops.torch_monitor.watch_observe_.default
 
 def _observed_tensor(output):
@@ -167,26 +166,6 @@ class Watch:
         self._recorder.optimizer_stepped()
 
 
-def _kinds(what) -> List[str]:
-    if isinstance(what, str):
-        what = (what,)
-    try:
-        given = list(what)
-    except TypeError:
-        raise TypeError(
-            f"what must be a kind or a sequence of kinds among {_KINDS}, got {type(what).__name__}"
-        ) from None
-    for kind in given:
-        if kind not in _KINDS:
-            raise ValueError(
-                f"watch: unknown kind {kind!r} in what=; the kinds are "
-                '"grad", "weight", "update" (parameters) and "output", "output_grad" (module outputs)'
-            )
-    if not given:
-        raise ValueError(f"watch: what= names no kind; give any of {_KINDS}")
-    return [k for k in _KINDS if k in given]
-
-
 def _pattern(value, name) -> Optional[Pattern]:
     if value is None:
         return None
@@ -284,16 +263,18 @@ def watch(
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"watch: model must be a torch.nn.Module, got {type(model).__name__}")
-    kinds = _kinds(what)
+    what = [what] if isinstance(what, str) else list(what) if isinstance(what, Iterable) else None
+    if what is None or not all(isinstance(kind, str) for kind in what):
+        raise TypeError(f"watch: what must be a kind or a sequence of kinds among {_KINDS}, got {what!r}")
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(
             f"watch: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
         )
     for kind in ("weight", "update"):
-        if kind in kinds and optimizer is None:
+        if kind in what and optimizer is None:
             raise ValueError(
                 f'watch: "{kind}" is observed around optimizer steps: pass the '
-                f"optimizer, watch(model, optimizer, what={tuple(kinds)!r})"
+                f"optimizer, watch(model, optimizer, what={tuple(what)!r})"
             )
     window_steps, window_seconds = _window(window_steps, window_size)
     every = _positive_int(every, "every")
@@ -341,34 +322,23 @@ def watch(
                 f"{modules[0][0] if modules else 'fc1'!r}) of the model; see model.named_parameters() "
                 "and model.named_modules()"
             )
-    chosen = [(path, p) for path, p in parameters if selected(path) and p.requires_grad]
+    chosen = [(path, p) for path, p in parameters if selected(path)]
     chosen_modules = [(path, m) for path, m in modules if selected(path)]
-    in_optimizer = set()
+    in_optimizer = None
     if optimizer is not None:
         in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    key_paths: List[str] = []
-    key_kinds: List[str] = []
-    by_kind = {}
-    for kind in kinds:
-        if kind in _PARAMETER_KINDS:
-            targets = chosen
-            if kind != "grad":
-                targets = [(path, p) for path, p in chosen if id(p) in in_optimizer]
-            if not targets:
-                raise ValueError(
-                    f'watch: "{kind}" watches parameters, but no parameter is selected '
-                    + ("that the optimizer updates" if kind != "grad" else "that requires grad")
-                    + " (see include/exclude)"
-                )
-        else:
-            targets = chosen_modules
-            if not targets:
-                raise ValueError(
-                    f'watch: "{kind}" watches submodules\' outputs, but no submodule is selected (see include/exclude)'
-                )
-        by_kind[kind] = [(len(key_paths) + i, path, obj) for i, (path, obj) in enumerate(targets)]
-        key_paths += [path for path, _ in targets]
-        key_kinds += [kind] * len(targets)
+    # The keys and what each observes: C++'s choice, the same as a C++ Watch's.
+    key_paths, key_kinds, targets = torch.classes.torch_monitor.Watch.plan(
+        what,
+        [path for path, _ in chosen],
+        [p.requires_grad for _, p in chosen],
+        [in_optimizer is None or id(p) in in_optimizer for _, p in chosen],
+        [path for path, _ in chosen_modules],
+    )
+    by_kind: dict = {}
+    for key, (kind, target) in enumerate(zip(key_kinds, targets)):
+        objects = chosen_modules if kind.startswith("output") else chosen
+        by_kind.setdefault(kind, []).append((key, objects[target][0], objects[target][1]))
 
     first = next(iter(model.parameters()), None)
     device = first.device if first is not None else torch.device("cpu")

@@ -377,5 +377,30 @@ TEST(Watch, IncludeAndExcludeSelectKeysByPath) {
   EXPECT_EQ(w.keys(), (std::vector<std::string>{"fc2.weight.grad", "fc2.output"}));
 }
 
+TEST(Watch, FrozenParametersAreNotWatchedAsInPython) {
+  auto net = std::make_shared<Net>();
+  net->fc1->weight.set_requires_grad(false);
+  WatchOptions o;
+  o.windowSteps = 10;
+  o.what = {"update", "grad"}; // slots in kind order whatever the order here
+  Watch w(net, o);
+  EXPECT_EQ(
+      w.keys(),
+      (std::vector<std::string>{
+          "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad",
+          "fc1.bias.update", "fc2.weight.update", "fc2.bias.update"}));
+  o.include = "fc1.weight";
+  try {
+    Watch frozen(net, o);
+    ADD_FAILURE() << "a watch of frozen parameters only was accepted";
+  } catch (const c10::ValueError& e) {
+    EXPECT_NE(
+        std::string(e.what_without_backtrace())
+            .find("no parameter is selected that requires grad"),
+        std::string::npos)
+        << e.what_without_backtrace();
+  }
+}
+
 } // namespace
 } // namespace torch_monitor::test

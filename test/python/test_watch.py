@@ -419,6 +419,25 @@ def test_bad_input_is_refused_at_watch_time(kwargs, error, message):
         tm.watch(MLP(), **kwargs)
 
 
+def test_frozen_parameters_and_parameters_the_optimizer_skips_are_not_watched():
+    # The keys come from C++ (watch/plan.h), as a C++ Watch's do.
+    model = MLP()
+    model.fc1.weight.requires_grad_(False)
+    optimizer = torch.optim.SGD([model.fc2.weight], lr=0.1)
+    w = tm.watch(model, optimizer, what=("update", "grad", "output"), window_steps=10)
+    assert w.keys == [
+        "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad", "fc2.weight.update",
+        "fc1.output", "act.output", "fc2.output",
+    ]
+    w.remove()
+    with pytest.raises(ValueError, match="no parameter is selected that requires grad"):
+        tm.watch(model, what="grad", window_steps=10, include="fc1.weight")
+    with pytest.raises(ValueError, match="no parameter is selected that the optimizer updates"):
+        tm.watch(model, optimizer, what="weight", window_steps=10, include="fc1")
+    with pytest.raises(TypeError, match="sequence of kinds"):
+        tm.watch(model, what=("grad", 1), window_steps=10)
+
+
 def test_writer_must_be_a_tensorboard_writer(tmp_path):
     with pytest.raises(TypeError, match="TensorBoardWriter"):
         tm.watch(MLP(), what="grad", window_steps=10, histograms_every=2, writer=object())

@@ -9,6 +9,7 @@
 
 #include <torch_monitor/script/sinks.h>
 #include <torch_monitor/sinks/tensorboard_writer.h>
+#include <torch_monitor/watch/plan.h>
 
 namespace torch_monitor::script {
 namespace {
@@ -94,6 +95,27 @@ void registerWatch(torch::Library& m) {
        torch::arg("memory") = false,
        torch::arg("sync_ranks") = false,
        torch::arg("device") = std::string("cpu")});
+  cls.def_static(
+      "plan",
+      [](const std::vector<std::string>& what,
+         std::vector<std::string> parameters,
+         const c10::List<bool>& trainable,
+         const c10::List<bool>& stepped,
+         std::vector<std::string> modules) {
+        watch::Candidates candidates{
+            std::move(parameters),
+            {trainable.begin(), trainable.end()},
+            {stepped.begin(), stepped.end()},
+            std::move(modules)};
+        const watch::Plan plan = watch::planKeys(what, candidates);
+        std::vector<std::string> paths;
+        std::vector<std::string> kinds;
+        for (const auto& key : plan.keys) {
+          paths.push_back(key.path);
+          kinds.emplace_back(watch::kindName(key.kind));
+        }
+        return std::make_tuple(paths, kinds, plan.targets);
+      });
   cls.def(
          "id",
          [](const Self& self) { return self->recorder()->id(); },

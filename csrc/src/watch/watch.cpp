@@ -1,6 +1,5 @@
 #include <torch_monitor/watch/watch.h>
 
-#include <algorithm>
 #include <regex>
 #include <unordered_set>
 #include <utility>
@@ -11,6 +10,7 @@
 #include <torch/nn/module.h>
 
 #include <torch_monitor/nn/forward_call.h>
+#include <torch_monitor/watch/plan.h>
 
 namespace torch_monitor {
 
@@ -40,25 +40,9 @@ std::regex compile(const std::string& pattern, const char* what) {
   }
 }
 
-bool isParameterKind(Kind kind) {
-  return kind == Kind::Grad || kind == Kind::Weight || kind == Kind::Update;
-}
-
 } // namespace
 
 Watch::Watch(torch::nn::Module& model, WatchOptions options) {
-  std::vector<Kind> kinds;
-  for (const std::string& name : options.what) {
-    const Kind kind = watch::kindFromName(name);
-    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
-      kinds.push_back(kind);
-    }
-  }
-  TORCH_CHECK_VALUE(
-      !kinds.empty(),
-      "torch_monitor.watch: `what` names no kind; give any of \"grad\", "
-      "\"weight\", \"update\", \"output\", \"output_grad\"");
-  std::sort(kinds.begin(), kinds.end());
   std::optional<std::regex> include;
   std::optional<std::regex> exclude;
   if (options.include) {
@@ -76,6 +60,7 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
     excludeMatched = excludeMatched || out;
     return in && !out;
   };
+  watch::Candidates candidates;
   // Parameters in the model's order, each tensor once (a tied weight under
   // its first name, as Python's named_parameters() gives it).
   std::unordered_set<const void*> seen;
@@ -87,15 +72,18 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
       auto p = std::make_shared<Parameter>();
       p->path = item.key();
       p->tensor = item.value();
+      candidates.parameters.push_back(p->path);
+      candidates.trainable.push_back(p->tensor.requires_grad());
+      candidates.stepped.push_back(true); // step() runs the whole optimizer
       parameters_.push_back(std::move(p));
     }
   }
-  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>
-      modules;
+  std::vector<std::shared_ptr<torch::nn::Module>> modules;
   for (const auto& item :
        model.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     if (selected(item.key())) {
-      modules.emplace_back(item.key(), item.value());
+      candidates.modules.push_back(item.key());
+      modules.push_back(item.value());
     }
   }
   TORCH_CHECK_VALUE(
@@ -111,45 +99,29 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
       *options.exclude,
       "' matches no parameter path and no module path of the model; check "
       "the names with named_parameters() / named_modules()");
-  std::vector<watch::Key> keys;
-  for (const Kind kind : kinds) {
-    const int64_t first = int64_t(keys.size());
-    if (isParameterKind(kind)) {
-      TORCH_CHECK_VALUE(
-          !parameters_.empty(),
-          "torch_monitor.watch: \"",
-          std::string(watch::kindName(kind)),
-          "\" watches parameters, but no parameter of the model is selected");
-      for (const auto& p : parameters_) {
-        keys.push_back(watch::Key{p->path, kind});
-      }
-      (kind == Kind::Grad         ? gradKey_
-           : kind == Kind::Weight ? weightKey_
-                                  : updateKey_) = first;
-    } else {
-      TORCH_CHECK_VALUE(
-          !modules.empty(),
-          "torch_monitor.watch: \"",
-          std::string(watch::kindName(kind)),
-          "\" watches submodules' outputs, but no submodule of the model is "
-          "selected");
-    }
-  }
-  // Output keys: one per module and kind, after the parameters'.
-  const bool outputs =
-      std::find(kinds.begin(), kinds.end(), Kind::Output) != kinds.end();
-  const bool outputGrads =
-      std::find(kinds.begin(), kinds.end(), Kind::OutputGrad) != kinds.end();
-  const int64_t outputKey = int64_t(keys.size());
-  if (outputs) {
-    for (const auto& [path, module] : modules) {
-      keys.push_back(watch::Key{path, Kind::Output});
-    }
-  }
-  const int64_t outputGradKey = int64_t(keys.size());
-  if (outputGrads) {
-    for (const auto& [path, module] : modules) {
-      keys.push_back(watch::Key{path, Kind::OutputGrad});
+  watch::Plan plan = watch::planKeys(options.what, candidates);
+  // Each module's output and output-gradient keys, -1: not watched.
+  std::vector<std::pair<int64_t, int64_t>> outputKeys(
+      modules.size(), std::pair<int64_t, int64_t>(-1, -1));
+  for (size_t k = 0; k < plan.keys.size(); ++k) {
+    const auto key = int64_t(k);
+    const auto target = size_t(plan.targets[k]);
+    switch (plan.keys[k].kind) {
+      case Kind::Grad:
+        grads_.emplace_back(key, target);
+        break;
+      case Kind::Weight:
+        weights_.emplace_back(key, target);
+        break;
+      case Kind::Update:
+        updates_.emplace_back(key, target);
+        break;
+      case Kind::Output:
+        outputKeys[target].first = key;
+        break;
+      case Kind::OutputGrad:
+        outputKeys[target].second = key;
+        break;
     }
   }
   watch::RecorderOptions ro;
@@ -164,36 +136,36 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
   const c10::Device device = model.parameters().empty()
       ? c10::Device(c10::DeviceType::CPU)
       : model.parameters().front().device();
-  recorder_ = Recorder::create(std::move(keys), std::move(ro), device);
+  recorder_ = Recorder::create(std::move(plan.keys), std::move(ro), device);
 
-  if (outputs || outputGrads) {
-    const std::weak_ptr<Recorder> weak = recorder_;
-    for (size_t m = 0; m < modules.size(); ++m) {
-      const int64_t out = outputs ? outputKey + int64_t(m) : -1;
-      const int64_t grad = outputGrads ? outputGradKey + int64_t(m) : -1;
-      hooks_.push_back(nn::registerForwardHook(
-          *modules[m].second,
-          [weak, out, grad](
-              torch::nn::Module&,
-              const nn::ForwardArgs&,
-              nn::ForwardOutput& output) {
-            auto r = weak.lock();
-            const at::Tensor* y = std::as_const(output).getIf<at::Tensor>();
-            if (!r || y == nullptr || !y->defined()) {
-              return;
-            }
-            if (out >= 0) {
-              r->observe(r->slots(), r->gate(), {*y}, {out}, {});
-            }
-            if (grad >= 0 && y->requires_grad()) {
-              y->register_hook([weak, grad](const at::Tensor& g) {
-                if (auto live = weak.lock()) {
-                  live->observe(live->slots(), live->gate(), {g}, {grad}, {});
-                }
-              });
-            }
-          }));
+  const std::weak_ptr<Recorder> weak = recorder_;
+  for (size_t m = 0; m < modules.size(); ++m) {
+    const auto [out, grad] = outputKeys[m];
+    if (out < 0 && grad < 0) {
+      continue;
     }
+    hooks_.push_back(nn::registerForwardHook(
+        *modules[m],
+        [weak, out = out, grad = grad](
+            torch::nn::Module&,
+            const nn::ForwardArgs&,
+            nn::ForwardOutput& output) {
+          auto r = weak.lock();
+          const at::Tensor* y = std::as_const(output).getIf<at::Tensor>();
+          if (!r || y == nullptr || !y->defined()) {
+            return;
+          }
+          if (out >= 0) {
+            r->observe(r->slots(), r->gate(), {*y}, {out}, {});
+          }
+          if (grad >= 0 && y->requires_grad()) {
+            y->register_hook([weak, grad](const at::Tensor& g) {
+              if (auto live = weak.lock()) {
+                live->observe(live->slots(), live->gate(), {g}, {grad}, {});
+              }
+            });
+          }
+        }));
   }
 }
 
@@ -222,43 +194,45 @@ void Watch::step(const std::function<void()>& optimizerStep) {
   std::vector<int64_t> updateKeys;
   {
     at::NoGradGuard noGrad;
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      Parameter& p = *parameters_[i];
-      const at::Tensor& g = p.tensor.grad();
-      if (!g.defined()) {
-        continue;
-      }
-      grads.push_back(g);
-      gradKeys.push_back(gradKey_ + int64_t(i));
-      if (updateKey_ >= 0) {
-        if (!p.before.defined() || p.before.sizes() != p.tensor.sizes() ||
-            p.before.options().dtype() != p.tensor.options().dtype() ||
-            p.before.device() != p.tensor.device()) {
-          p.before = at::empty_like(p.tensor);
-        }
-        p.before.copy_(p.tensor);
-        stepped.push_back(p.tensor);
-        before.push_back(p.before);
-        updateKeys.push_back(updateKey_ + int64_t(i));
+    for (const auto& [key, i] : grads_) {
+      const at::Tensor& g = parameters_[i]->tensor.grad();
+      if (g.defined()) {
+        grads.push_back(g);
+        gradKeys.push_back(key);
       }
     }
+    for (const auto& [key, i] : updates_) {
+      Parameter& p = *parameters_[i];
+      if (!p.tensor.grad().defined()) {
+        continue;
+      }
+      if (!p.before.defined() || p.before.sizes() != p.tensor.sizes() ||
+          p.before.options().dtype() != p.tensor.options().dtype() ||
+          p.before.device() != p.tensor.device()) {
+        p.before = at::empty_like(p.tensor);
+      }
+      p.before.copy_(p.tensor);
+      stepped.push_back(p.tensor);
+      before.push_back(p.before);
+      updateKeys.push_back(key);
+    }
   }
-  if (gradKey_ >= 0 && !grads.empty()) {
+  if (!grads.empty()) {
     recorder_->observe(
         recorder_->slots(), recorder_->gate(), grads, gradKeys, {});
   }
   optimizerStep();
-  if (weightKey_ >= 0) {
+  if (!weights_.empty()) {
     std::vector<at::Tensor> weights;
     std::vector<int64_t> weightKeys;
-    for (size_t i = 0; i < parameters_.size(); ++i) {
+    for (const auto& [key, i] : weights_) {
       weights.push_back(parameters_[i]->tensor);
-      weightKeys.push_back(weightKey_ + int64_t(i));
+      weightKeys.push_back(key);
     }
     recorder_->observe(
         recorder_->slots(), recorder_->gate(), weights, weightKeys, {});
   }
-  if (updateKey_ >= 0 && !stepped.empty()) {
+  if (!stepped.empty()) {
     recorder_->observe(
         recorder_->slots(), recorder_->gate(), stepped, updateKeys, before);
   }

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch_monitor/export.h>
@@ -77,7 +78,8 @@ struct WatchOptions {
 //   torch_monitor::nn::call, since C++ forward() is not virtual. The root
 //   module is not observed.
 // - Tied parameters (one tensor under two names) are watched once, under
-//   their first name.
+//   their first name; frozen ones (requires_grad false) not at all. The
+//   keys are Python's for the same model (watch/plan.h).
 // - The statistics stay on the device of the model's first parameter
 //   (create the watch after moving the model); nothing waits for the
 //   device but a window's close.
@@ -119,12 +121,14 @@ class TORCH_MONITOR_API Watch {
 
  private:
   struct Parameter;
+  // A key of a parameter kind and the index of its parameter.
+  using Watched = std::vector<std::pair<int64_t, size_t>>;
   std::shared_ptr<watch::Recorder> recorder_;
   std::vector<std::shared_ptr<Parameter>> parameters_;
   std::vector<nn::HookHandle> hooks_;
-  int64_t gradKey_ = -1; // first key of each parameter kind, -1: not watched
-  int64_t weightKey_ = -1;
-  int64_t updateKey_ = -1;
+  Watched grads_;
+  Watched weights_;
+  Watched updates_;
 };
 
 } // namespace torch_monitor
