@@ -98,9 +98,8 @@ FAKE_CLASSES = {name: _make_fake_class(name, schemas) for name, schemas in _SCHE
 for _name, _fake_class in FAKE_CLASSES.items():
     _internals.register_fake_class(f"torch_monitor::{_name}", _fake_class)
 # Strict torch.export would otherwise fail on modules holding our objects
-# (torch 2.11), or leave these fakes in the exported program.
+# (torch 2.11); torch_monitor/__init__.py keeps the real objects in.
 _internals.keep_captured_objects_in_strict_export("torch_monitor")
-_internals.keep_real_objects_in_strict_export("torch_monitor")
 # torch.export.save would otherwise Python-pickle them on torch 2.11.
 _internals.skip_discarded_pickles_in_export_save("torch_monitor")
 

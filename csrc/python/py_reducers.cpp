@@ -150,10 +150,6 @@ class ReducerHandle {
   void setBuiltinCriterion(const std::string& name, double threshold) {
     reducer_->setCriterion(Criterion::builtin(name, threshold));
   }
-  bool hasCustomCriterion() const {
-    const std::optional<Criterion> c = reducer_->criterion();
-    return c && c->valid() && !c->isBuiltin();
-  }
 
  private:
   c10::intrusive_ptr<ScriptReducer> holder_;
@@ -240,7 +236,6 @@ void initReducers(py::module_& m) {
           &ReducerHandle::setBuiltinCriterion,
           py::arg("name"),
           py::arg("threshold") = 0.0)
-      .def("has_custom_criterion", &ReducerHandle::hasCustomCriterion)
       // An internal view of a reducer: pickling it would abort the process
       // (protocols 0 and 1) or lose its reducer; the reducer module pickles.
       .def("__reduce_ex__", [](const ReducerHandle&, int) -> py::object {

@@ -9,6 +9,8 @@ the last two tests fail once torch no longer needs them, so they can go.
 """
 
 import inspect
+import pathlib
+import sys
 from datetime import timedelta
 
 import pytest
@@ -17,6 +19,9 @@ from torch import nn
 
 tm = pytest.importorskip("torch_monitor")
 testing = pytest.importorskip("torch_monitor.testing")
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from isolated import run_isolated  # noqa: E402
 
 WINDOW = timedelta(milliseconds=100)
 INPUTS = [torch.tensor([1.0, 2.0]), torch.tensor([-3.0, 0.5]), torch.tensor([4.0, 4.0])]
@@ -130,6 +135,32 @@ def _monitor_core(module):
     hooks call it), whatever attribute name it has."""
     (core,) = [v for v in vars(module).values() if isinstance(v, torch.ScriptObject)]
     return core
+
+
+def test_strict_export_as_the_first_use_of_pytorch_2():
+    # torch.export._trace imports Dynamo half-way through its own import, and
+    # Dynamo's import sets up the fakes: the patch of _strict_export must
+    # still wait for _trace to be whole (it once ran on the half-imported
+    # module, warned, and strict export then left fakes in the program).
+    # A fresh process: nothing else has imported PyTorch 2's machinery.
+    run_isolated(
+        """
+        import torch, torch_monitor as tm
+        class Feeder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.stat = tm.Stat("first", [tm.COUNT], window_steps=10)
+            def forward(self, x):
+                self.stat.add(x.sum())
+                return x * 2
+        model = Feeder()
+        program = torch.export.export(model, (torch.ones(2),), strict=True)
+        program.module()(torch.ones(2))
+        assert model.stat.count == 1, model.stat.count
+        """,
+        env={"PYTHONWARNINGS": "error::RuntimeWarning"},
+        timeout=240,
+    )
 
 
 def test_torch_still_needs_the_strict_export_patch(monkeypatch):

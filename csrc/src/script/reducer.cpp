@@ -300,7 +300,6 @@ void registerReducerClasses(torch::Library& m) {
       .def(
           "history_size",
           [](const Self& self) { return self->fold().historySize(); })
-      .def("has_state", [](const Self& self) { return self->fold().hasState(); })
       .def("steps", [](const Self& self) { return self->fold().steps(); })
       .def("fill", [](const Self& self) { return self->fold().fill(); })
       .def("params", [](const Self& self) { return toDict(self->fold().params()); })

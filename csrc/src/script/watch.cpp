@@ -142,13 +142,6 @@ void registerWatch(torch::Library& m) {
           "device",
           [](const Self& self) { return self->recorder()->device().str(); })
       .def(
-          "move_to",
-          [](const Self& self, const std::string& device) {
-            self->recorder()->moveTo(c10::Device(device));
-          },
-          "Moves the slots and gate (read them again)",
-          {torch::arg("device")})
-      .def(
           "observe",
           [](const Self& self,
              const std::vector<at::Tensor>& values,
@@ -167,9 +160,6 @@ void registerWatch(torch::Library& m) {
           [](const Self& self) { self->recorder()->optimizerStepped(); },
           "An optimizer step happened (the step count when no training step "
           "is set)")
-      .def(
-          "current_step",
-          [](const Self& self) { return self->recorder()->currentStep(); })
       .def(
           "close",
           [](const Self& self) { self->recorder()->close(); },

@@ -367,15 +367,6 @@ c10::Device Recorder::device() const {
   return slots_.device();
 }
 
-void Recorder::moveTo(c10::Device device) {
-  std::lock_guard<std::mutex> guard(mutex_);
-  if (slots_.device() == device) {
-    return;
-  }
-  slots_ = slots_.to(device);
-  gate_ = gate_.to(device);
-}
-
 bool Recorder::removed() const {
   std::lock_guard<std::mutex> guard(mutex_);
   return removed_;

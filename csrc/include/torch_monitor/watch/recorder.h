@@ -112,11 +112,6 @@ class TORCH_MONITOR_API Recorder
   at::Tensor slots() const;
   at::Tensor gate() const;
   c10::Device device() const;
-  // Moves the slots (and what they hold) and the gate to `device`: for a
-  // model moved after the watch was made. Returns nothing; read slots()
-  // and gate() again.
-  void moveTo(c10::Device device);
-
   // Adds one observation of each values[i] to key keys[i] (for Update keys,
   // `before` holds the weights before the step, one per value; else it is
   // empty). Tensors that are undefined, empty or not floating point are
