@@ -4,8 +4,9 @@ as windowed statistics (docs/watch.md).
 The work is in C++: ``torch.classes.torch_monitor.Watch`` (the recorder:
 keys, a buffer of statistics slots on the model's device, windows, events)
 and one op, ``torch.ops.torch_monitor.watch_observe_``, which every hook
-below calls with the tensors it observes. This module only finds what to
-watch and attaches the hooks: module forward hooks (traced into
+below calls with the tensors it observes; the keys are chosen in C++ too
+(``Watch.plan``, as for a C++ Watch). This module only lists the model's
+parameters and modules and attaches the hooks: module forward hooks (traced into
 ``torch.compile`` graphs, where the op is one node that mutates the slots),
 tensor hooks and the optimizer's step hooks.
 """
