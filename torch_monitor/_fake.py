@@ -117,7 +117,6 @@ def _faces() -> tuple:
 
 # Graph calls of the faces' methods are routed to their TorchScript methods.
 _internals.run_torchbind_methods_on(_faces())
-_internals.pass_any_arguments_to_aoti_proxy_executor()
 
 
 def _returns_nothing_fake(*args, **kwargs):
