@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 DEFAULT_TIMEOUT_S = 60
 
@@ -99,3 +100,40 @@ def run_script(script, *args, timeout=DEFAULT_TIMEOUT_S, env=None, cwd=None, che
     if check and child.returncode != 0:
         pytest.fail(outcome.describe())
     return outcome
+
+
+def run_ranks(commands, timeout, env=None):
+    """Runs ``commands`` (one argv per rank of a job) at once and returns
+    their outputs (stdout and stderr together), in order.
+
+    Each child leads a session of its own with ``faulthandler`` on. The test
+    fails as a hang when any is still running after ``timeout`` seconds in
+    all (every child and what it started is killed), and fails naming the
+    rank when one exits with another status than 0.
+    """
+    import pytest
+
+    child_env = dict(os.environ, PYTHONFAULTHANDLER="1", **(env or {}))
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            command, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace", start_new_session=True,
+        )
+        for command in commands
+    ]
+    outputs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=max(1, timeout - (time.monotonic() - started)))
+            outputs.append(out)
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+        pytest.fail(f"ranks still running after {timeout} s: a hang")
+    for r, (p, out) in enumerate(zip(procs, outputs)):
+        if p.returncode != 0:
+            pytest.fail(f"rank {r} failed ({p.returncode}):\n{out[-4000:]}")
+    return outputs

@@ -3,10 +3,11 @@ a hang fails the one test, and leaves no process behind, not even one the
 hung child started (mp.spawn ranks, servers)."""
 
 import os
+import sys
 import time
 
 import pytest
-from isolated import run_isolated
+from isolated import run_isolated, run_ranks
 
 
 def test_a_hang_fails_and_kills_what_the_child_started(tmp_path):
@@ -41,3 +42,14 @@ def _alive(pid):
 def test_a_failure_reports_the_exit_status_and_output():
     with pytest.raises(pytest.fail.Exception, match="exit status 3"):
         run_isolated("import sys; print('said'); sys.exit(3)")
+
+
+def test_ranks_that_hang_or_fail_fail_the_test_and_leave_nothing_behind(tmp_path):
+    pid_file = tmp_path / "rank1.pid"
+    sleeper = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    with pytest.raises(pytest.fail.Exception, match="ranks still running after 3 s"):
+        run_ranks([[sys.executable, "-c", "pass"], [sys.executable, "-c", sleeper]], timeout=3)
+    assert not _alive(int(pid_file.read_text()))
+    with pytest.raises(pytest.fail.Exception, match="rank 1 failed \\(3\\)"):
+        run_ranks([[sys.executable, "-c", "pass"], [sys.executable, "-c", "raise SystemExit(3)"]], timeout=30)
+    assert run_ranks([[sys.executable, "-c", "print('hi')"]], timeout=30) == ["hi\n"]

@@ -7,9 +7,7 @@ Stat fed every rank's samples of the window. See docs/distributed.md.
 
 import datetime
 import json
-import os
 import pathlib
-import subprocess
 import sys
 import time
 
@@ -21,6 +19,7 @@ if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import isolated  # noqa: E402
 import rank_sync_worker as worker  # noqa: E402
 
 WORKER = pathlib.Path(worker.__file__)
@@ -38,30 +37,16 @@ def run_ranks(tmp_path, world, scenario, env=None, tcp=False):
         init = f"tcp://127.0.0.1:{port}"
     else:
         init = f"file://{tmp_path / 'store'}"
-    child_env = dict(os.environ, PYTHONFAULTHANDLER="1", **(env or {}))
     started = time.monotonic()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(r), str(world), init, scenario, str(tmp_path)],
-            env=child_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    outputs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=max(1, TIMEOUT_S - (time.monotonic() - started)))
-            outputs.append(out)
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-        pytest.fail(f"ranks still running after {TIMEOUT_S} s: a hang")
+    isolated.run_ranks(
+        [
+            [sys.executable, str(WORKER), str(r), str(world), init, scenario, str(tmp_path)]
+            for r in range(world)
+        ],
+        TIMEOUT_S,
+        env,
+    )
     wall = time.monotonic() - started
-    for r, (p, out) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"rank {r} failed ({p.returncode}):\n{out[-4000:]}"
     results = {}
     for r in range(world):
         path = tmp_path / f"rank{r}.json"

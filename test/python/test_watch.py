@@ -10,12 +10,8 @@ time limits). See docs/watch.md.
 
 import json
 import math
-import os
 import pathlib
-import re
-import subprocess
 import sys
-import time
 from collections import defaultdict
 
 import pytest
@@ -25,6 +21,7 @@ tm = pytest.importorskip("torch_monitor")
 import torch_monitor.testing  # noqa: E402,F401  (tm.testing)
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import isolated  # noqa: E402
 from isolated import run_isolated  # noqa: E402
 
 KINDS = ("grad", "weight", "update", "output", "output_grad")
@@ -589,14 +586,16 @@ def test_memory_per_watched_tensor_is_fixed():
 # ------------------------------------------------------------ torch.compile
 
 
-def compiled_run(compile_model, steps=20, every=3):
+def compiled_run(backend=None, steps=20, every=3):
+    """The windows of a watched training run: eager, or its forward compiled
+    with `backend`."""
     torch.manual_seed(0)
     model = MLP()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     got = Events()
     try:
         w = tm.watch(model, optimizer, what=KINDS, window_steps=5, every=every)
-        run = torch.compile(model, fullgraph=True, backend="aot_eager") if compile_model else model
+        run = torch.compile(model, fullgraph=True, backend=backend) if backend else model
         gen = torch.Generator().manual_seed(1)
         for step in range(steps):
             tm.set_step(step)
@@ -615,28 +614,13 @@ def test_compiled_forward_has_no_graph_break_no_recompile_and_eager_statistics(b
 
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    eager = compiled_run(False)
-    torch.manual_seed(0)
-    model = MLP()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    got = Events()
-    try:
-        w = tm.watch(model, optimizer, what=KINDS, window_steps=5, every=3)
-        run = torch.compile(model, fullgraph=True, backend=backend)
-        gen = torch.Generator().manual_seed(1)
-        with torch._dynamo.config.patch(error_on_recompile=True):
-            for step in range(20):  # every=3 skips two steps in three
-                tm.set_step(step)
-                optimizer.zero_grad()
-                run(torch.randn(16, 4, generator=gen)).square().mean().backward()
-                optimizer.step()
-        w.remove()
-    finally:
-        got.close()
+    eager = compiled_run()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        windows = compiled_run(backend)  # every=3 skips two steps in three
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
     assert not torch._dynamo.utils.counters["graph_break"]
-    assert [e.step for e in got.windows] == [e.step for e in eager] == [5, 10, 15, 19]
-    for c, e in zip(got.windows, eager):
+    assert [e.step for e in windows] == [e.step for e in eager] == [5, 10, 15, 19]
+    for c, e in zip(windows, eager):
         assert sorted(c.data) == sorted(e.data)
         for key in e.data:
             assert c.data[key] == pytest.approx(e.data[key], rel=1e-5, abs=1e-6), key
@@ -759,27 +743,11 @@ WORKER = pathlib.Path(__file__).parent / "watch_rank_worker.py"
 def run_ranks(tmp_path, world, env=None, timeout=120):
     """Every rank of a watch_rank_worker.py run; results by rank. Never hangs."""
     init = f"file://{tmp_path / 'store'}"
-    child_env = dict(os.environ, PYTHONFAULTHANDLER="1", **(env or {}))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-P", str(WORKER), str(r), str(world), init, str(tmp_path)],
-            env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True,
-        )
-        for r in range(world)
-    ]
-    started = time.monotonic()
-    outputs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=max(1, timeout - (time.monotonic() - started)))
-            outputs.append(out)
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-        pytest.fail(f"ranks still running after {timeout} s: a hang")
-    for r, (p, out) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"rank {r} failed ({p.returncode}):\n{out[-4000:]}"
+    isolated.run_ranks(
+        [[sys.executable, "-P", str(WORKER), str(r), str(world), init, str(tmp_path)] for r in range(world)],
+        timeout,
+        env,
+    )
     return {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)}
 
 
