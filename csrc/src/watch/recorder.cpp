@@ -200,6 +200,14 @@ int64_t wallClockMs() {
       .count();
 }
 
+// Whether an observation has nothing to add: no elements, not floating
+// point, or an update without the weight before the step.
+bool nothingToObserve(const at::Tensor& x, const at::Tensor* before) {
+  return !x.defined() || x.numel() == 0 ||
+      !at::isFloatingType(x.scalar_type()) ||
+      (before != nullptr && !before->defined());
+}
+
 } // namespace
 
 std::string_view kindName(Kind kind) noexcept {
@@ -663,7 +671,7 @@ void Recorder::observe(
   const bool forceDevicePath = test_hooks::cpuTensorsTakeDevicePath();
   std::vector<at::Tensor> rows;
   std::vector<int64_t> rowKeys;
-  std::vector<size_t> observed; // indexes of values, for the histograms
+  bool observed = false; // any value, for the histograms
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (removed_) {
@@ -680,12 +688,10 @@ void Recorder::observe(
           key,
           " out of range");
       const at::Tensor* b = before.empty() ? nullptr : &before[i];
-      if (!x.defined() || x.numel() == 0 ||
-          !at::isFloatingType(x.scalar_type()) ||
-          (b != nullptr && !b->defined())) {
+      if (nothingToObserve(x, b)) {
         continue;
       }
-      observed.push_back(i);
+      observed = true;
       if (x.is_cpu() && slotsOnCpu && !forceDevicePath) {
         // The host path: the gate is a CPU number, read here for free.
         if (!gateRead) {
@@ -730,7 +736,7 @@ void Recorder::observe(
       }
     }
   }
-  if (options_.histogramsEvery > 0 && !observed.empty()) {
+  if (options_.histogramsEvery > 0 && observed) {
     const int64_t step = currentStep();
     if (step % options_.histogramsEvery == 0) {
       writeHistograms(values, keys, before, step);
@@ -745,8 +751,8 @@ void Recorder::writeHistograms(
     int64_t step) {
   for (size_t i = 0; i < values.size(); ++i) {
     const at::Tensor& x = values[i];
-    if (!x.defined() || x.numel() == 0 ||
-        !at::isFloatingType(x.scalar_type())) {
+    const at::Tensor* b = before.empty() ? nullptr : &before[i];
+    if (nothingToObserve(x, b)) {
       continue;
     }
     const int64_t key = keys[i];
@@ -759,7 +765,7 @@ void Recorder::writeHistograms(
       }
       histogramStep_[key] = step;
     }
-    const at::Tensor shown = before.empty() ? x : at::sub(x, before[i]);
+    const at::Tensor shown = b == nullptr ? x : at::sub(x, *b);
     options_.writer->addHistogram(keys_[key].name(), shown, step);
   }
 }

@@ -154,7 +154,7 @@ class TORCH_MONITOR_API Recorder
   void remove();
   bool removed() const;
 
-  // Closes every live recorder's window (at exit: Python's atexit hook,
+  // Closes every live recorder's window (at exit: the Python exit sequence,
   // and std::atexit for C++ programs).
   static void closeAll() noexcept;
 
