@@ -330,11 +330,11 @@ def watch(
         in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
     # The keys and what each observes: C++'s choice, the same as a C++ Watch's.
     key_paths, key_kinds, targets = torch.classes.torch_monitor.Watch.plan(
-        what,
-        [path for path, _ in chosen],
-        [p.requires_grad for _, p in chosen],
-        [in_optimizer is None or id(p) in in_optimizer for _, p in chosen],
-        [path for path, _ in chosen_modules],
+        what=what,
+        parameters=[path for path, _ in chosen],
+        trainable=[p.requires_grad for _, p in chosen],
+        stepped=[in_optimizer is None or id(p) in in_optimizer for _, p in chosen],
+        modules=[path for path, _ in chosen_modules],
     )
     by_kind: dict = {}
     for key, (kind, target) in enumerate(zip(key_kinds, targets)):

@@ -13,6 +13,7 @@ import math
 import pathlib
 import sys
 from collections import defaultdict
+from typing import List, Tuple
 
 import pytest
 import torch
@@ -433,6 +434,19 @@ def test_frozen_parameters_and_parameters_the_optimizer_skips_are_not_watched():
         tm.watch(model, optimizer, what="weight", window_steps=10, include="fc1")
     with pytest.raises(TypeError, match="sequence of kinds"):
         tm.watch(model, what=("grad", 1), window_steps=10)
+
+
+def test_the_choice_of_keys_is_the_same_call_in_eager_and_torchscript():
+    def plan(what: List[str], parameters: List[str], trainable: List[bool], stepped: List[bool],
+             modules: List[str]) -> Tuple[List[str], List[str], List[int]]:
+        return torch.classes.torch_monitor.Watch.plan(
+            what=what, parameters=parameters, trainable=trainable, stepped=stepped, modules=modules
+        )
+
+    args = dict(what=["update", "grad", "output"], parameters=["a.w", "a.b", "c.w"],
+                trainable=[True, False, True], stepped=[True, True, False], modules=["a", "c"])
+    expected = (["a.w", "c.w", "a.w", "a", "c"], ["grad", "grad", "update", "output", "output"], [0, 2, 0, 0, 1])
+    assert tuple(plan(**args)) == tuple(torch.jit.script(plan)(**args)) == expected
 
 
 def test_writer_must_be_a_tensorboard_writer(tmp_path):

@@ -115,7 +115,16 @@ void registerWatch(torch::Library& m) {
           kinds.emplace_back(watch::kindName(key.kind));
         }
         return std::make_tuple(paths, kinds, plan.targets);
-      });
+      },
+      "(paths, kinds, targets): the keys watch() chooses, as a C++ Watch "
+      "does (watch/plan.h): `what` the kinds; per parameter its path, "
+      "whether it requires grad and whether the optimizer steps it; the "
+      "submodule paths. targets[i] indexes key i's parameter or module",
+      {torch::arg("what"),
+       torch::arg("parameters"),
+       torch::arg("trainable"),
+       torch::arg("stepped"),
+       torch::arg("modules")});
   cls.def(
          "id",
          [](const Self& self) { return self->recorder()->id(); },
