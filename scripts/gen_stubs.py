@@ -88,10 +88,9 @@ def _pybind_args(text: str) -> str:
 
 
 def _schema_type(type_) -> str:
-    text = str(type_)
-    if text.endswith("?"):
-        return f"Optional[{_schema_type_text(text[:-1])}]"
-    return _schema_type_text(text)
+    if isinstance(type_, torch.OptionalType):  # str() gives "Optional[T]"
+        return f"Optional[{_schema_type(type_.getElementType())}]"
+    return _schema_type_text(str(type_))
 
 
 def _schema_type_text(text: str) -> str:

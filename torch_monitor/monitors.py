@@ -307,13 +307,14 @@ def _as_tuple(value: Any) -> Tuple[Any, ...]:
 
 def _core_flag(core_name: str, name: str, doc: str) -> property:
     """A bool setting of the monitor kept on its core (the C++ monitor reads
-    it at every call), set as ``name`` only to a real bool."""
+    it at every call) through the schema's ``<core_name>()`` and
+    ``set_<core_name>(value)``, set as ``name`` only to a real bool."""
 
     def get(self) -> bool:
-        return getattr(self._core, core_name)
+        return getattr(self._core, core_name)()
 
     def set(self, value: bool) -> None:
-        setattr(self._core, core_name, strict_bool(value, name))
+        getattr(self._core, "set_" + core_name)(strict_bool(value, name))
 
     return property(get, set, doc=doc)
 
@@ -703,10 +704,10 @@ class DifferenceMonitor(_Monitor):
             attr,
             strict_bool(train_update, "train_update"),
             strict_bool(eval_update, "eval_update"),
-            filter_,
-            map_,
-            op_,
             strict_bool(keep_graph, "keep_graph"),
+            filter_=filter_,
+            map_=map_,
+            op_=op_,
         )
         self._init_monitor(reducer, core, prepend, module)
 
@@ -726,7 +727,7 @@ class DifferenceMonitor(_Monitor):
     @property
     def attr(self) -> str:
         """The monitored attribute path."""
-        return self._core.attr
+        return self._core.name()
 
     @property
     def filter_(self):
@@ -763,7 +764,7 @@ class DifferenceMonitor(_Monitor):
         attr, train_update, eval_update, filter_, map_, op_ = config[:6]
         self.__dict__.update(state)
         self._core = _C.DifferenceMonitorCore(
-            self.reducer_, attr, train_update, eval_update, filter_, map_, op_, keep_graph
+            self.reducer_, attr, train_update, eval_update, keep_graph, filter_=filter_, map_=map_, op_=op_
         )
         self._key = self._new_key()
         self._handles = None
@@ -832,8 +833,8 @@ class _ObservingMonitor(_Monitor):
         filter_ = None if user_filter is None else (lambda value, _: user_filter(value))
         map_ = None if user_map is None else (lambda value, _: user_map(value))
         return _C.DifferenceMonitorCore(
-            self.reducer_, self._core_name(), train_update, eval_update,
-            filter_, map_, None, keep_graph, self._kind,
+            self.reducer_, self._core_name(), train_update, eval_update, keep_graph, self._kind,
+            filter_=filter_, map_=map_,
         )
 
     def _core_name(self) -> str:
@@ -1075,8 +1076,7 @@ class Monitor(_Monitor):
         # Holds the reducer and the gating flags (the methods feed the
         # reducer themselves).
         return _C.DifferenceMonitorCore(
-            self.reducer_, type(self).__name__, train_update, eval_update,
-            None, None, None, keep_graph, "Monitor",
+            self.reducer_, type(self).__name__, train_update, eval_update, keep_graph, "Monitor"
         )
 
     def _check_module(self, module: nn.Module) -> None:

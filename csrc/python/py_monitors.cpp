@@ -342,17 +342,17 @@ c10::IValue scriptReducerFrom(const py::handle& given) {
 
 std::unique_ptr<PyDifferenceMonitor> makeMonitor(
     py::object reducer,
-    const std::string& attr,
+    const std::string& name,
     bool trainUpdate,
     bool evalUpdate,
+    bool keepGraph,
+    std::string kind,
     py::object filter,
     py::object map,
-    py::object op,
-    bool keepGraph,
-    std::string kind) {
+    py::object op) {
   auto holder = c10::make_intrusive<ScriptDifferenceMonitor>(
       scriptReducerFrom(reducer),
-      attr,
+      name,
       trainUpdate,
       evalUpdate,
       keepGraph,
@@ -360,7 +360,7 @@ std::unique_ptr<PyDifferenceMonitor> makeMonitor(
   return std::make_unique<PyDifferenceMonitor>(
       std::move(holder),
       std::move(reducer),
-      attr,
+      name,
       std::move(filter),
       std::move(map),
       std::move(op));
@@ -589,10 +589,6 @@ PyObject* fastCall(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
   });
 }
 
-py::object reducerObject(const c10::IValue& reducer) {
-  return py::cast(torch::jit::Object(reducer.toObject()));
-}
-
 std::unique_ptr<PyDifferenceMonitor> copyOf(
     const PyDifferenceMonitor& self,
     py::object reducer) {
@@ -601,11 +597,11 @@ std::unique_ptr<PyDifferenceMonitor> copyOf(
       self.monitor->name(),
       self.monitor->trainUpdate(),
       self.monitor->evalUpdate(),
+      self.monitor->keepGraph(),
+      self.holder->kind(),
       self.filter,
       self.map,
-      self.op,
-      self.monitor->keepGraph(),
-      self.holder->kind());
+      self.op);
 }
 
 // How a thread holding the GIL waits for a reducer's or monitor's lock: the
@@ -630,101 +626,35 @@ void initMonitors(py::module_& m) {
       py::class_<Self, torch::jit::Object>(
           m,
           "DifferenceMonitorCore",
-          "DifferenceMonitorCore(reducer, attr, train_update=True, "
-          "eval_update=True, filter_=None, map_=None, op_=None, "
-          "keep_graph=False, kind='DifferenceMonitor'): the C++ "
+          "DifferenceMonitorCore(reducer, name, train_update=True, "
+          "eval_update=True, keep_graph=False, kind='DifferenceMonitor', *, "
+          "filter_=None, map_=None, op_=None): the C++ "
           "state of a DifferenceMonitor, a "
-          "torch.classes.torch_monitor.DifferenceMonitor object. "
+          "torch.classes.torch_monitor.DifferenceMonitor object (the "
+          "TorchScript constructor's arguments, then the Python callables "
+          "TorchScript cannot hold). "
           "torch_monitor.DifferenceMonitor stores it on the monitored module; "
           "use that class.")
           .def(
               py::init(&makeMonitor),
               py::arg("reducer"),
-              py::arg("attr"),
+              py::arg("name"),
               py::arg("train_update") = true,
               py::arg("eval_update") = true,
+              py::arg("keep_graph") = false,
+              py::arg("kind") = ScriptDifferenceMonitor::kDefaultKind,
+              py::kw_only(),
               py::arg("filter_") = py::none(),
               py::arg("map_") = py::none(),
-              py::arg("op_") = py::none(),
-              py::arg("keep_graph") = false,
-              py::arg("kind") = ScriptDifferenceMonitor::kDefaultKind)
-          // A method, as on the TorchScript object, so that every value
-          // monitors_of() gives answers kind() alike.
-          .def(
-              "kind",
-              [](const Self& self) { return self.holder->kind(); },
-              "which monitor this core serves ('DifferenceMonitor', "
-              "'OutputMonitor', ...)")
-          .def_property_readonly(
-              "attr",
-              [](const Self& self) { return self.monitor->name(); },
-              "the attribute path")
-          .def_property(
-              "train_update",
-              [](const Self& self) { return self.monitor->trainUpdate(); },
-              [](Self& self, bool v) { self.monitor->setTrainUpdate(v); })
-          .def_property(
-              "eval_update",
-              [](const Self& self) { return self.monitor->evalUpdate(); },
-              [](Self& self, bool v) { self.monitor->setEvalUpdate(v); })
-          .def_property(
-              "keep_graph",
-              [](const Self& self) { return self.monitor->keepGraph(); },
-              [](Self& self, bool v) { self.monitor->setKeepGraph(v); },
-              "whether differences keep their autograd graph (off: history "
-              "is detached, memory does not grow with the steps)")
-          .def_property_readonly(
-              "reducer",
-              [](const Self& self) { return self.reducer; },
-              "the reducer as given (a torch_monitor reducer or its "
-              "torch.classes.torch_monitor.Reducer)")
-          .def_property_readonly(
-              "script_reducer",
-              [](const Self& self) {
-                return reducerObject(self.holder->reducerObject());
-              },
-              "the torch.classes.torch_monitor.Reducer fed")
+              py::arg("op_") = py::none())
+          // The Python callables as given (TorchScript cannot hold them):
+          // the Python monitor reads them back, and copies take them along.
+          // Every TorchScript method (kind(), name(), train_update(),
+          // reducer(), peek(), ...) comes from the schema
+          // (_faces.forward_script_methods), as in a scripted model.
           .def_readonly("filter_", &Self::filter)
           .def_readonly("map_", &Self::map)
           .def_readonly("op_", &Self::op)
-          .def_property_readonly(
-              "has_custom_callables",
-              [](const Self& self) {
-                return self.monitor->hasCustomCallables();
-              })
-          .def_property_readonly(
-              "has_capture",
-              [](const Self& self) { return self.monitor->hasCapture(); },
-              "whether a value this thread captured before forward() awaits "
-              "after()")
-          .def(
-              "forget",
-              [](Self& self) { self.monitor->forget(); },
-              "forgets the value this thread captured")
-          .def(
-              "forget_all",
-              [](Self& self) { self.monitor->forgetAll(); },
-              "forgets the values every thread captured")
-          .def(
-              "clear",
-              [](Self& self, bool keepshape) {
-                self.monitor->clear(keepshape);
-              },
-              py::arg("keepshape") = false,
-              "forgets every captured value and clears the reducer")
-          .def(
-              "peek",
-              [](const Self& self) { return self.monitor->reducer()->peek(); })
-          .def(
-              "dump",
-              [](const Self& self) { return self.monitor->reducer()->dump(); })
-          .def(
-              "view",
-              [](const Self& self, const at::Tensor& time, double tolerance) {
-                return self.monitor->reducer()->view(time, tolerance);
-              },
-              py::arg("time"),
-              py::arg("tolerance") = 1e-7)
           // Pickled like torch.jit.save pickles the class (refused with
           // Python callables), through __reduce_ex__ so that every protocol
           // works: protocols 0 and 1 would otherwise rebuild the object
@@ -762,7 +692,7 @@ void initMonitors(py::module_& m) {
                 return copyOf(self, std::move(reducer));
               })
           .def("__repr__", [](const Self& self) {
-            return "DifferenceMonitorCore(attr=" +
+            return "DifferenceMonitorCore(name=" +
                 py::repr(py::str(self.monitor->name())).cast<std::string>() +
                 ", train_update=" +
                 (self.monitor->trainUpdate() ? "True" : "False") +
@@ -842,11 +772,11 @@ void initMonitors(py::module_& m) {
             state[1].cast<std::string>(),
             state[2].cast<bool>(),
             state[3].cast<bool>(),
-            py::none(),
-            py::none(),
-            py::none(),
             state[5].cast<bool>(),
-            state[6].cast<std::string>());
+            state[6].cast<std::string>(),
+            py::none(),
+            py::none(),
+            py::none());
       },
       py::arg("state"),
       "rebuilds a pickled DifferenceMonitorCore");

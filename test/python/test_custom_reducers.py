@@ -232,7 +232,7 @@ def test_saving_a_python_reducer_is_refused(make):
     with pytest.raises(RuntimeError):
         torch.save(scripted, io.BytesIO())
     with pytest.raises(ValueError, match="Python code"):
-        torch.save(monitor.core.script_reducer, io.BytesIO())
+        torch.save(monitor.core.reducer(), io.BytesIO())
 
 
 def test_export_of_a_python_fold_is_refused():

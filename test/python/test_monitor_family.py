@@ -518,7 +518,7 @@ def test_default_filter_and_map_read_back_like_inferno(inferno, name, tmp_path):
     # Given back, the defaults are the defaults: the C++ path, saveable.
     module = module_type()
     rebuilt = make(tm, tm.PassthroughReducer(1.0), module, filter_=ours.filter_, map_=ours.map_)
-    assert not rebuilt.core.has_custom_callables
+    assert not rebuilt.core.has_custom_callables()
     assert (rebuilt.filter_, rebuilt.map_) == (ours.filter_, ours.map_)
     scripted = torch.jit.script(module)
     scripted(torch.ones(4))
@@ -545,3 +545,50 @@ def test_monitors_of_says_which_monitor(tmp_path):
     # A monitor written in Python (eager only: its hooks are Python code).
     counting = Counting(tm.PassthroughReducer(1.0), layer.neuron)
     assert tm.monitors_of(layer)[f"neuron.{counting.key}"].kind() == "Monitor"
+
+
+def test_monitors_of_gives_the_same_object_in_eager_and_scripted_models():
+    """monitors_of's values answer every call of the TorchScript class alike,
+    whether the model is eager (the Python face of the monitor's object) or
+    scripted (the TorchScript object itself): same names, same kinds of
+    result. The eager face once shadowed train_update(), eval_update(),
+    keep_graph() and reducer() with Python properties."""
+    layer = Layer()
+    monitor = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "neuron.v", layer, eval_update=False)
+    layer(torch.ones(4))
+    scripted = torch.jit.script(layer)
+    (eager,) = tm.monitors_of(layer).values()
+    (script,) = tm.monitors_of(scripted).values()
+
+    def answers(monitor):
+        return {
+            "kind": monitor.kind(),
+            "name": monitor.name(),
+            "train_update": monitor.train_update(),
+            "eval_update": monitor.eval_update(),
+            "keep_graph": monitor.keep_graph(),
+            "has_custom_callables": monitor.has_custom_callables(),
+            "reducer": isinstance(monitor.reducer(), torch.ScriptObject),
+            "peek": monitor.peek(),
+            "dump": monitor.dump(),
+            "view": monitor.view(time=0.0, tolerance=1e-7),
+        }
+
+    ours, theirs = answers(eager), answers(script)
+    for key in ("peek", "dump", "view"):
+        torch.testing.assert_close(ours.pop(key), theirs.pop(key))
+    assert ours == theirs == {
+        "kind": "DifferenceMonitor",
+        "name": "neuron.v",
+        "train_update": True,
+        "eval_update": False,
+        "keep_graph": False,
+        "has_custom_callables": False,
+        "reducer": True,  # its torch.classes.torch_monitor.Reducer
+    }
+    # The setters are the schema's too (called by keyword in both worlds),
+    # and the Python monitor reads what they set.
+    for found in (eager, script):
+        found.set_keep_graph(value=True)
+        assert found.keep_graph() is True
+    assert monitor.keep_graph is True

@@ -109,7 +109,7 @@ def test_default_map_uses_op_and_keeps_the_monitor_saveable():
     again = tm.DifferenceMonitor(
         tm.PassthroughReducer(1.0), "weight", filter_=plain.filter_, map_=plain.map_
     )
-    assert not again.core.has_custom_callables
+    assert not again.core.has_custom_callables()
     given = lambda post, pre: (post,)  # noqa: E731
     assert tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "w", map_=given).map_ is given
 

@@ -534,7 +534,7 @@ def test_every_face_class_refuses_to_be_made_uninitialised():
         raises(TypeError, [], tm.TensorBoardWriter.__new__, tm.TensorBoardWriter)
         # A real one still works after all that.
         core = _C.DifferenceMonitorCore(tm.EMAReducer(1.0, 0.5), "weight")
-        assert repr(core).startswith("DifferenceMonitorCore(attr='weight'"), repr(core)
+        assert repr(core).startswith("DifferenceMonitorCore(name='weight'"), repr(core)
         """
     )
 

@@ -343,7 +343,7 @@ def test_every_pickle_protocol_and_uninitialised_objects_raise_or_work():
             r = pickle.loads(pickle.dumps(reducer, protocol=proto))
             torch.testing.assert_close(r.peek(), reducer.peek())
             core = pickle.loads(pickle.dumps(mon.core, protocol=proto))
-            assert core.attr == "weight" and core.keep_graph is True
+            assert core.name() == "weight" and core.keep_graph() is True
             copy = pickle.loads(pickle.dumps(mon, protocol=proto))
             assert copy.keep_graph is True and not copy.registered
             try:
@@ -513,7 +513,7 @@ def test_monitor_names_and_kinds_are_checked_also_when_loaded():
         raises(["attribute path contains a NUL"], tm.DifferenceMonitor, reducer, "w\\x00x", m)
         raises(["attribute path contains a NUL"], _C.DifferenceMonitorCore, reducer, "w\\x00x")
         raises(["kind must name a monitor class", "'Nonsense'"],
-               _C.DifferenceMonitorCore, reducer, "weight", True, True, None, None, None, False, "Nonsense")
+               _C.DifferenceMonitorCore, reducer, "weight", True, True, False, "Nonsense")
 
         core = _C.DifferenceMonitorCore(reducer, "weight")
         _, reduce_args = core.__reduce_ex__(2)

@@ -122,7 +122,9 @@ void defineDifferenceMonitorClass(torch::Library& m) {
           "set_keep_graph",
           [](const Self& self, bool value) {
             self->monitor().setKeepGraph(value);
-          })
+          },
+          "sets whether differences keep their autograd graph",
+          {torch::arg("value")})
       .def(
           "reducer",
           [](const Self& self) { return self->scriptReducer(); })
@@ -142,7 +144,9 @@ void defineDifferenceMonitorClass(torch::Library& m) {
           "set_train_update",
           [](const Self& self, bool value) {
             self->monitor().setTrainUpdate(value);
-          })
+          },
+          "sets whether the hooks record while the module is in training mode",
+          {torch::arg("value")})
       .def(
           "eval_update",
           [](const Self& self) { return self->monitor().evalUpdate(); })
@@ -150,7 +154,9 @@ void defineDifferenceMonitorClass(torch::Library& m) {
           "set_eval_update",
           [](const Self& self, bool value) {
             self->monitor().setEvalUpdate(value);
-          })
+          },
+          "sets whether the hooks record while the module is in evaluation mode",
+          {torch::arg("value")})
       .def(
           "has_custom_callables",
           [](const Self& self) {
