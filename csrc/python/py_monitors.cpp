@@ -555,21 +555,64 @@ PyMethodDef gEagerAfterDef = {
 // The monitor method a fast call runs.
 enum class Hook { Before, After, Observe };
 
+// The (value, training) arguments of a fast call, positional or by the
+// schema's keywords; false with a TypeError set for any other call.
+bool hookArguments(
+    const char* method,
+    PyObject* const* args,
+    Py_ssize_t nargs,
+    PyObject* kwnames,
+    PyObject* (&out)[2]) {
+  static const char* const kNames[2] = {"value", "training"};
+  out[0] = out[1] = nullptr;
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  bool ok = nargs <= 2;
+  for (Py_ssize_t i = 0; ok && i < nargs; ++i) {
+    out[i] = args[i];
+  }
+  for (Py_ssize_t k = 0; ok && k < nkw; ++k) {
+    PyObject* name = PyTuple_GET_ITEM(kwnames, k);
+    const int slot = PyUnicode_CompareWithASCIIString(name, kNames[0]) == 0 ? 0
+        : PyUnicode_CompareWithASCIIString(name, kNames[1]) == 0            ? 1
+                                                                            : -1;
+    ok = slot >= 0 && out[slot] == nullptr;
+    if (ok) {
+      out[slot] = args[nargs + k];
+    }
+  }
+  if (ok && out[0] != nullptr && out[1] != nullptr) {
+    return true;
+  }
+  PyErr_Format(
+      PyExc_TypeError,
+      "%s(value, training) takes those 2 arguments (by position or keyword), "
+      "got %zd positional and %zd keyword",
+      method,
+      nargs,
+      nkw);
+  return false;
+}
+
 // core.before/after/observe(value, training): the TorchScript methods,
 // callable from Python at METH_FASTCALL cost.
 template <Hook Which>
-PyObject* fastCall(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_Format(
-        PyExc_TypeError,
-        "%s(value, training) takes 2 arguments, got %zd",
-        Which == Hook::Before     ? "before"
-            : Which == Hook::After ? "after"
-                                   : "observe",
-        nargs);
+PyObject* fastCall(
+    PyObject* obj,
+    PyObject* const* args,
+    Py_ssize_t nargs,
+    PyObject* kwnames) {
+  PyObject* given[2];
+  if (!hookArguments(
+          Which == Hook::Before     ? "before"
+              : Which == Hook::After ? "after"
+                                     : "observe",
+          args,
+          nargs,
+          kwnames,
+          given)) {
     return nullptr;
   }
-  const int training = PyObject_IsTrue(args[1]);
+  const int training = PyObject_IsTrue(given[1]);
   if (training < 0) {
     return nullptr;
   }
@@ -578,7 +621,7 @@ PyObject* fastCall(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   return noneOrPythonError([&]() {
-    const c10::IValue v = valueFromPython(args[0], self->monitor->name());
+    const c10::IValue v = valueFromPython(given[0], self->monitor->name());
     if (Which == Hook::Before) {
       self->monitor->before(v, training == 1);
     } else if (Which == Hook::After) {
@@ -704,19 +747,19 @@ void initMonitors(py::module_& m) {
       "before",
       reinterpret_cast<PyCFunction>(
           reinterpret_cast<void (*)()>(&fastCall<Hook::Before>)),
-      METH_FASTCALL,
+      METH_FASTCALL | METH_KEYWORDS,
       "before(value, training): captures the value (the pre-hook's part)"};
   static PyMethodDef afterDef = {
       "after",
       reinterpret_cast<PyCFunction>(
           reinterpret_cast<void (*)()>(&fastCall<Hook::After>)),
-      METH_FASTCALL,
+      METH_FASTCALL | METH_KEYWORDS,
       "after(value, training): feeds op(value, captured) to the reducer"};
   static PyMethodDef observeDef = {
       "observe",
       reinterpret_cast<PyCFunction>(
           reinterpret_cast<void (*)()>(&fastCall<Hook::Observe>)),
-      METH_FASTCALL,
+      METH_FASTCALL | METH_KEYWORDS,
       "observe(value, training): feeds map_(value) to the reducer (the hook "
       "of InputMonitor, OutputMonitor, StateMonitor, MultiStateMonitor)"};
   addRawMethod(cls, &beforeDef);

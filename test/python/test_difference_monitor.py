@@ -1049,6 +1049,22 @@ def test_torchscript_class_can_be_used_directly():
     assert core.name() == "x" and core.train_update() and not core.eval_update()
 
 
+def test_the_python_core_takes_the_hook_calls_by_keyword_as_the_schema_names_them():
+    reducer = tm.PassthroughReducer(1.0)
+    core = tm.DifferenceMonitor(reducer, "x").core
+    core.before(value=torch.ones(2), training=True)
+    core.after(torch.ones(2) * 3, training=True)
+    torch.testing.assert_close(reducer.peek(), torch.full((2,), 2.0))
+    for args, kwargs in [
+        ((), {"value": torch.ones(2)}),  # training missing
+        ((torch.ones(2), True), {"training": True}),  # given twice
+        ((torch.ones(2),), {"train": True}),  # not the schema's name
+        ((torch.ones(2), True, True), {}),
+    ]:
+        with pytest.raises(TypeError, match=r"before\(value, training\) takes those 2 arguments"):
+            core.before(*args, **kwargs)
+
+
 # --------------------------------------------------------------------- CUDA
 
 

@@ -31,6 +31,8 @@ def make_objects(tmp_path):
         "MemoryHandler": tm.MemoryHandler(4),
         "PrometheusExporter": tm.PrometheusExporter(0),
         "PrometheusTextFile": tm.PrometheusTextFile(tmp_path / "m.prom"),
+        # The object every monitor keeps on its module (monitors_of's values).
+        "DifferenceMonitor": tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "weight").core,
     }
 
 
@@ -40,13 +42,24 @@ KWARGS = {
     "add_tensor": {"values": torch.ones(3)},
     "add_scalar": {"tag": "kw", "scalar_value": 1.5, "global_step": 3, "walltime": 10.0},
     "add_histogram": {"tag": "kw.h", "values": torch.arange(4.0), "global_step": 3},
+    "before": {"value": torch.ones(2), "training": True},
+    "after": {"value": torch.ones(2), "training": True},
+    "observe": {"value": torch.ones(2), "training": True},
+    "set_train_update": {"value": True},
+    "set_eval_update": {"value": True},
+    "set_keep_graph": {"value": False},
+    "view": {"time": 0.0, "tolerance": 1e-7},
 }
 # IntStat.add takes ints.
 INT_KWARGS = {"add": {"value": 2}, "add_tensor": {"values": torch.ones(3, dtype=torch.int64)}}
 
 # Methods that change state and return nothing: a compiled or exported graph
 # records them, and they run when it runs.
-SIDE_EFFECTS = {"add", "add_tensor", "add_scalar", "add_histogram", "flush", "register", "unregister"}
+SIDE_EFFECTS = {
+    "add", "add_tensor", "add_scalar", "add_histogram", "flush", "register", "unregister",
+    "before", "after", "observe", "forget", "forget_all",
+    "set_train_update", "set_eval_update", "set_keep_graph",
+}
 # Ending an object's life is not something the test does in graphs.
 SKIPPED = {"close", "clear", "guard", "render"}
 
@@ -68,6 +81,7 @@ def public_methods(obj):
 CLASSES = [
     "Stat", "IntStat", "WaitCounter", "TensorBoardWriter", "JsonLinesWriter",
     "ConsoleHandler", "MemoryHandler", "PrometheusExporter", "PrometheusTextFile",
+    "DifferenceMonitor",
 ]
 
 
