@@ -175,3 +175,19 @@ def test_windows_agree_across_worlds():
     stat = tm.Stat("kw.window", [tm.MEAN], datetime.timedelta(seconds=2.5))
     assert stat.window_size == datetime.timedelta(seconds=2.5)
     assert stat.window_size_ms() == 2500
+
+
+def test_every_torchscript_argument_has_a_name():
+    """A call by keyword needs the schema to name the argument: an argument
+    registered without torch::arg reads as `_1` and can only be passed by
+    position, in every world. (Reducer's and Event's setters, the monitor's
+    set_keep_graph and others were such.)"""
+    unnamed = []
+    for cls, schemas in tm._internals.custom_class_schemas("torch_monitor").items():
+        for schema in schemas:
+            if schema.name.startswith("__"):
+                continue  # a protocol (__exit__, __setstate__): called by position
+            unnamed += [f"{cls}.{schema}" for a in schema.arguments[1:] if a.name.startswith("_")]
+    for schema in tm._internals.library_op_schemas("torch_monitor"):
+        unnamed += [f"op {schema}" for a in schema.arguments if a.name.startswith("_")]
+    assert unnamed == []

@@ -25,7 +25,9 @@ void defineSetter(
       detail::checkText(value, "Event data['" + key + "']");
     }
     self->event().data[std::move(key)] = data_value_t(std::move(value));
-  });
+  },
+  "sets data[key] to value",
+  {torch::arg("key"), torch::arg("value")});
 }
 
 // One value of log_event_values: a one-element tensor read when the op runs
@@ -203,7 +205,9 @@ void registerEventClassAndOps(torch::Library& m) {
           "set_timestamp_us",
           [](const c10::intrusive_ptr<ScriptEvent>& self, int64_t micros) {
             self->event().timestamp = fromEpochMicros(micros);
-          })
+          },
+          "sets the event's time, in microseconds since the epoch",
+          {torch::arg("value")})
       .def(
           "step",
           [](const c10::intrusive_ptr<ScriptEvent>& self) {

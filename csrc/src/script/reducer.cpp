@@ -253,7 +253,8 @@ void registerReducerClasses(torch::Library& m) {
           [](const Self& self, const std::vector<at::Tensor>& inputs) {
             self->reducer()->forward(inputs);
           },
-          "folds the inputs of one step into a new state and records it")
+          "folds the inputs of one step into a new state and records it",
+          {torch::arg("inputs")})
       .def(
           "peek",
           [](const Self& self) { return self->reducer()->peek(); },
@@ -284,19 +285,27 @@ void registerReducerClasses(torch::Library& m) {
       .def("step_time", [](const Self& self) { return self->fold().stepTime(); })
       .def(
           "set_step_time",
-          [](const Self& self, double v) { self->fold().setStepTime(v); })
+          [](const Self& self, double v) { self->fold().setStepTime(v); },
+          "sets the time one step takes",
+          {torch::arg("value")})
       .def("duration", [](const Self& self) { return self->fold().duration(); })
       .def(
           "set_duration",
-          [](const Self& self, double v) { self->fold().setDuration(v); })
+          [](const Self& self, double v) { self->fold().setDuration(v); },
+          "sets how much time the history covers",
+          {torch::arg("value")})
       .def("inclusive", [](const Self& self) { return self->fold().inclusive(); })
       .def(
           "set_inclusive",
-          [](const Self& self, bool v) { self->fold().setInclusive(v); })
+          [](const Self& self, bool v) { self->fold().setInclusive(v); },
+          "sets whether the history holds one state more (the one `duration` back)",
+          {torch::arg("value")})
       .def("inplace", [](const Self& self) { return self->fold().inplace(); })
       .def(
           "set_inplace",
-          [](const Self& self, bool v) { self->fold().setInplace(v); })
+          [](const Self& self, bool v) { self->fold().setInplace(v); },
+          "sets whether the history is written in place",
+          {torch::arg("value")})
       .def(
           "history_size",
           [](const Self& self) { return self->fold().historySize(); })
@@ -307,7 +316,9 @@ void registerReducerClasses(torch::Library& m) {
           "set_param",
           [](const Self& self, const std::string& name, double value) {
             self->fold().setParam(name, value);
-          })
+          },
+          "sets the reducer's parameter `name` (see params())",
+          {torch::arg("name"), torch::arg("value")})
       .def(
           "criterion",
           [](const Self& self) {
@@ -340,7 +351,8 @@ void registerReducerClasses(torch::Library& m) {
             self->fold().setStorage(storage);
           },
           "replaces the history tensor by one of the same shape (another "
-          "dtype or device)")
+          "dtype or device)",
+          {torch::arg("storage")})
       .def(
           "to",
           [](const Self& self,
@@ -360,7 +372,8 @@ void registerReducerClasses(torch::Library& m) {
           [](const Self& self, ScriptReducer::State state) {
             self->loadState(state);
           },
-          "loads a state() into this reducer in place")
+          "loads a state() into this reducer in place",
+          {torch::arg("state")})
       .def_pickle(
           [](const Self& self) { return self->state(/*forSaving=*/true); },
           [](ScriptReducer::State state) {
