@@ -24,7 +24,7 @@ class Aggregation:
 COUNT: Aggregation
 
 
-class DifferenceMonitorCore(torch.ScriptObject):
+class DifferenceMonitorCore(Face):
     def __init__(self, reducer: Any, name: str, train_update: bool = ..., eval_update: bool = ..., keep_graph: bool = ..., kind: str = ..., *, filter_: Any = ..., map_: Any = ..., op_: Any = ...) -> None: ...
     _script_class: str
     def after(self, value: Any, training: bool) -> None: ...

@@ -481,16 +481,13 @@ def make_op_face(op_name: str, spelling: Spelling, doc: str) -> Callable[..., An
 
 
 def forward_script_methods(cls: type) -> None:
-    """Gives a hand-written face (a pybind11 class: the monitor core) every
-    TorchScript method it does not define, calling the TorchScript method."""
+    """Gives a hand-written face (a ``_C.Face`` subclass in C++: the monitor
+    core) every public TorchScript method it does not define, made as every
+    face's methods are (``_method``: the schema's signature, each argument
+    checked by its kind), with ``__obj_flatten__`` for PyTorch 2 and the
+    TorchScript state as ``__getstate__`` (not ``torch.ScriptObject``'s), as
+    ``make_face`` gives them."""
     for schema, doc in _C._script_methods(cls._script_class):
         name = schema.name
-        if name in ("__init__", "__setstate__") or hasattr(cls, name) and name != "__getstate__":
-            continue
-
-        def method(self: Any, *args: Any, _name: str = name, **kwargs: Any) -> Any:
-            return _internals.script_method(self, _name)(*args, **kwargs)
-
-        method.__name__ = name
-        method.__doc__ = doc or None
-        setattr(cls, name, method)
+        if name in ("__getstate__", "__obj_flatten__") or not name.startswith("__") and not hasattr(cls, name):
+            setattr(cls, name, _method(cls._script_class, schema, doc, Spelling()))

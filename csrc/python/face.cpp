@@ -106,6 +106,11 @@ Face::Face(torch::jit::Object object) : torch::jit::Object(std::move(object)) {
   holder_ = slots[0].toCapsule().get();
 }
 
+void hardenFaceClass(py::handle cls) {
+  initialiseOnNew(cls);
+  usePlainGetattr(cls);
+}
+
 void initFaces(py::module_& m) {
   py::class_<Face, torch::jit::Object> face(
       m,
@@ -200,10 +205,7 @@ void initFaces(py::module_& m) {
       "in registration order");
   m.def(
       "_harden_face_class",
-      [](py::handle cls) {
-        initialiseOnNew(cls);
-        usePlainGetattr(cls);
-      },
+      &hardenFaceClass,
       py::arg("cls"),
       "Makes cls.__new__(cls, ...) initialise the object as cls(...) does "
       "(so none is ever left uninitialised), and gives the class plain "

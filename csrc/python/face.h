@@ -47,6 +47,12 @@ inline Face* faceOf(PyObject* obj) {
   return static_cast<Face*>(face);
 }
 
+// Gives a face class the policy every face follows: cls.__new__(cls, ...)
+// initialises the object as cls(...) does (none is ever left
+// uninitialised), and attribute lookup is plain (torch.ScriptObject's
+// __getattr__ hook would slow every lookup; the methods are the class's).
+void hardenFaceClass(py::handle cls);
+
 void initFaces(py::module_& m);
 
 } // namespace torch_monitor::python

@@ -153,12 +153,6 @@ void usePlainGetattr(py::handle cls) {
   PyType_Modified(type);
 }
 
-void usePlainSetattr(py::handle cls) {
-  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
-  type->tp_setattro = PyObject_GenericSetAttr;
-  PyType_Modified(type);
-}
-
 PyObject* moduleMember(PyObject* module, PyObject* name, bool* found) {
   static PyObject* const keys[] = {
       PyUnicode_InternFromString("_parameters"),

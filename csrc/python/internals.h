@@ -61,10 +61,6 @@ void addRawMethod(py::handle cls, PyMethodDef* def);
 // classes given to initialiseOnNew, whose instances are always initialised.
 void usePlainGetattr(py::handle cls);
 
-// Gives `cls` plain attribute assignment (torch.ScriptObject's __setattr__
-// would look for a TorchScript attribute and miss the class's properties).
-void usePlainSetattr(py::handle cls);
-
 // The parameter, buffer or submodule `name` of nn.Module `module`, read
 // straight from nn.Module's private dicts (_parameters, _buffers,
 // _modules): plain getattr first fails the generic lookup (building an

@@ -4,8 +4,6 @@
 #include <cstdio>
 #include <string>
 
-#include <torch/csrc/jit/api/object.h>
-
 #include <torch_monitor/detail/text.h>
 
 namespace torch_monitor::python {
@@ -58,66 +56,6 @@ std::string textFromPython(py::handle obj, const std::string& what) {
   }
   throw py::type_error(what + " must be a str, got " + typeName(obj));
 }
-
-namespace {
-
-// The custom-class object a face (or a plain torch.ScriptObject) wraps;
-// nullptr for any other value.
-const c10::ivalue::Object* wrappedObject(py::handle obj) {
-  if (!py::isinstance<torch::jit::Object>(obj)) {
-    return nullptr;
-  }
-  return obj.cast<const torch::jit::Object&>()._ivalue().get();
-}
-
-// self == other (negated for !=): whether both wrap the same custom-class
-// object; NotImplemented for anything else, so Python falls back to its own
-// rules instead of torch.ScriptObject's, which raises for a value TorchScript
-// cannot type.
-py::object sameObject(py::handle self, py::handle other, bool negate) {
-  const c10::ivalue::Object* theirs = wrappedObject(other);
-  if (theirs == nullptr) {
-    return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-  }
-  return py::bool_((wrappedObject(self) == theirs) != negate);
-}
-
-} // namespace
-
-void markFace(py::handle cls, const char* scriptClass) {
-  cls.attr("_script_class") = py::str(scriptClass);
-  // Faces are the objects they wrap: equal, and hashed, by that object (a
-  // face and the torch.ScriptObject read back from a scripted module are
-  // equal). PyTorch 2 compares the objects it lifts into a graph.
-  py::setattr(
-      cls,
-      "__eq__",
-      py::cpp_function(
-          [](py::handle self, py::handle other) {
-            return sameObject(self, other, false);
-          },
-          py::name("__eq__"),
-          py::is_method(cls)));
-  py::setattr(
-      cls,
-      "__ne__",
-      py::cpp_function(
-          [](py::handle self, py::handle other) {
-            return sameObject(self, other, true);
-          },
-          py::name("__ne__"),
-          py::is_method(cls)));
-  py::setattr(
-      cls,
-      "__hash__",
-      py::cpp_function(
-          [](py::handle self) {
-            return std::hash<const void*>{}(wrappedObject(self));
-          },
-          py::name("__hash__"),
-          py::is_method(cls)));
-}
-
 
 PyRef::~PyRef() {
   if (pythonIsUsable()) {

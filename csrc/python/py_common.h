@@ -108,13 +108,6 @@ std::shared_ptr<const RankGroup> groupFromPython(
     int64_t worldSize,
     double deadlineSeconds);
 
-// Marks `cls` (a torch::jit::Object subclass) as the Python face of the
-// custom class torch.classes.torch_monitor.<scriptClass>: torch_monitor._fake
-// then gives it every TorchScript method it does not define itself and makes
-// it traceable by torch.compile and torch.export. Also gives the class ==, !=
-// and hash by the wrapped object.
-void markFace(py::handle cls, const char* scriptClass);
-
 void initAggregation(py::module_& m);
 void initEvent(py::module_& m);
 void initHandlers(py::module_& m);

@@ -250,23 +250,22 @@ py::object checkedCallable(py::object fn, const char* argName) {
 
 // -------------------------------------------------------------- the object
 
-// The Python face of a difference monitor: a torch.ScriptObject (so
-// torch.jit.script accepts it as a module attribute of type
+// The Python face of a difference monitor: a Face (so torch.jit.script
+// accepts it as a module attribute of type
 // torch.classes.torch_monitor.DifferenceMonitor and scripted hooks reach the
 // same C++ monitor) that also keeps what the eager hooks need: the path
 // split into interned strings and the Python callables.
 // Thread safety: as DifferenceMonitor (none); Python calls hold the GIL.
-struct PyDifferenceMonitor : torch::jit::Object {
+struct PyDifferenceMonitor : Face {
   PyDifferenceMonitor(
-      c10::intrusive_ptr<ScriptDifferenceMonitor> holder_,
+      const c10::intrusive_ptr<ScriptDifferenceMonitor>& object,
       py::object reducer_,
       const std::string& path,
       py::object filter_,
       py::object map_,
       py::object op_)
-      : torch::jit::Object(c10::IValue(holder_).toObject()),
-        holder(std::move(holder_)),
-        monitor(&holder->monitor()),
+      : Face(torch::jit::Object(c10::IValue(object).toObject())),
+        monitor(&object->monitor()),
         reducer(std::move(reducer_)),
         filter(checkedCallable(std::move(filter_), "filter_")),
         map(checkedCallable(std::move(map_), "map_")),
@@ -293,8 +292,11 @@ struct PyDifferenceMonitor : torch::jit::Object {
     }
   }
 
-  c10::intrusive_ptr<ScriptDifferenceMonitor> holder;
-  DifferenceMonitor* monitor; // &holder->monitor(), for the fast paths
+  ScriptDifferenceMonitor& script() const noexcept {
+    return *holder<ScriptDifferenceMonitor>();
+  }
+
+  DifferenceMonitor* monitor; // &script().monitor(), for the fast paths
   // The reducer as given: a torch_monitor reducer (an nn.Module) or its
   // ScriptObject. Deep copies copy it through the memo, so copying a monitor
   // along with the reducer object shares one copy.
@@ -350,7 +352,7 @@ std::unique_ptr<PyDifferenceMonitor> makeMonitor(
     py::object filter,
     py::object map,
     py::object op) {
-  auto holder = c10::make_intrusive<ScriptDifferenceMonitor>(
+  auto object = c10::make_intrusive<ScriptDifferenceMonitor>(
       scriptReducerFrom(reducer),
       name,
       trainUpdate,
@@ -358,7 +360,7 @@ std::unique_ptr<PyDifferenceMonitor> makeMonitor(
       keepGraph,
       std::move(kind));
   return std::make_unique<PyDifferenceMonitor>(
-      std::move(holder),
+      object,
       std::move(reducer),
       name,
       std::move(filter),
@@ -641,7 +643,7 @@ std::unique_ptr<PyDifferenceMonitor> copyOf(
       self.monitor->trainUpdate(),
       self.monitor->evalUpdate(),
       self.monitor->keepGraph(),
-      self.holder->kind(),
+      self.script().kind(),
       self.filter,
       self.map,
       self.op);
@@ -666,7 +668,7 @@ void initMonitors(py::module_& m) {
   torch_monitor::detail::setBlockingWait(&waitReleasingGil);
   using Self = PyDifferenceMonitor;
   auto cls =
-      py::class_<Self, torch::jit::Object>(
+      py::class_<Self, Face>(
           m,
           "DifferenceMonitorCore",
           "DifferenceMonitorCore(reducer, name, train_update=True, "
@@ -708,7 +710,7 @@ void initMonitors(py::module_& m) {
               "__reduce_ex__",
               [](const Self& self, int /*protocol*/) {
                 auto [version, name, train, eval, reducer, keepGraph, kind] =
-                    self.holder->state();
+                    self.script().state();
                 // The reducer as given (the torch_monitor reducer module,
                 // which pickles with every protocol), not its ScriptObject:
                 // torch.ScriptObject aborts under protocols 0 and 1.
@@ -766,19 +768,13 @@ void initMonitors(py::module_& m) {
   addRawMethod(cls, &afterDef);
   addRawMethod(cls, &observeDef);
 
-  // As for Stat: every attribute is a real one of this class, so plain
-  // lookup is enough and skips ScriptObject's slow __getattr__ hook.
-  // The same for setting: ScriptObject's __setattr__ would look for a
-  // TorchScript attribute and miss the train_update/eval_update setters.
-  usePlainSetattr(cls);
-  usePlainGetattr(cls);
-  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
-  // As every face, it is never made uninitialised (an object made with
-  // __new__ alone read garbage in its slots: repr, ==, hash); pickling goes
-  // through __reduce_ex__, a factory.
-  initialiseOnNew(cls);
-  markFace(cls, "DifferenceMonitor");
-  gMonitorType = type;
+  // As every face (an object made with __new__ alone read garbage in its
+  // slots: repr, ==, hash); pickling goes through __reduce_ex__, a factory.
+  hardenFaceClass(cls);
+  // Its TorchScript class: _faces.forward_script_methods gives it every
+  // method of that class it does not define, and _fake makes it traceable.
+  cls.attr("_script_class") = "DifferenceMonitor";
+  gMonitorType = reinterpret_cast<PyTypeObject*>(cls.ptr());
 
   gModuleType = reinterpret_cast<PyTypeObject*>(
       py::object(py::module_::import("torch.nn").attr("Module"))
