@@ -1063,6 +1063,9 @@ def test_the_python_core_takes_the_hook_calls_by_keyword_as_the_schema_names_the
     ]:
         with pytest.raises(TypeError, match=r"before\(value, training\) takes those 2 arguments"):
             core.before(*args, **kwargs)
+    # Its other methods are made as every face's: checked by kind.
+    with pytest.raises(TypeError, match="set_keep_graph.. argument 'value' must be a bool"):
+        core.set_keep_graph(value=1)
 
 
 # --------------------------------------------------------------------- CUDA

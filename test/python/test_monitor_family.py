@@ -559,6 +559,8 @@ def test_monitors_of_gives_the_same_object_in_eager_and_scripted_models():
     scripted = torch.jit.script(layer)
     (eager,) = tm.monitors_of(layer).values()
     (script,) = tm.monitors_of(scripted).values()
+    # One object: the eager face wraps what the scripted model holds.
+    assert eager == script and hash(eager) == hash(script)
 
     def answers(monitor):
         return {
