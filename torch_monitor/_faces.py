@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
-from . import _C, _internals
+from . import _C
 
 _INT64 = (-(2**63), 2**63 - 1)
 
