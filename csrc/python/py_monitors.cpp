@@ -265,7 +265,6 @@ struct PyDifferenceMonitor : Face {
       py::object map_,
       py::object op_)
       : Face(torch::jit::Object(c10::IValue(object).toObject())),
-        monitor(&object->monitor()),
         reducer(std::move(reducer_)),
         filter(checkedCallable(std::move(filter_), "filter_")),
         map(checkedCallable(std::move(map_), "map_")),
@@ -279,16 +278,16 @@ struct PyDifferenceMonitor : Face {
       }
       parts.push_back(py::reinterpret_steal<py::object>(interned));
     }
-    const std::string& name = monitor->name();
+    const std::string& name = monitor()->name();
     if (!filter.is_none()) {
-      monitor->setFilter(
+      monitor()->setFilter(
           wrapFilter(std::make_shared<PyRef>(filter)));
     }
     if (!map.is_none()) {
-      monitor->setMap(wrapMap(std::make_shared<PyRef>(map), name));
+      monitor()->setMap(wrapMap(std::make_shared<PyRef>(map), name));
     }
     if (!op.is_none()) {
-      monitor->setOp(wrapOp(std::make_shared<PyRef>(op), name));
+      monitor()->setOp(wrapOp(std::make_shared<PyRef>(op), name));
     }
   }
 
@@ -296,7 +295,12 @@ struct PyDifferenceMonitor : Face {
     return *holder<ScriptDifferenceMonitor>();
   }
 
-  DifferenceMonitor* monitor; // &script().monitor(), for the fast paths
+  // The C++ monitor: two pointer reads (the face caches the custom-class
+  // object), cheap enough for the hooks.
+  DifferenceMonitor* monitor() const noexcept {
+    return &script().monitor();
+  }
+
   // The reducer as given: a torch_monitor reducer (an nn.Module) or its
   // ScriptObject. Deep copies copy it through the memo, so copying a monitor
   // along with the reducer object shares one copy.
@@ -368,18 +372,10 @@ std::unique_ptr<PyDifferenceMonitor> makeMonitor(
       std::move(op));
 }
 
-// The C++ object of a DifferenceMonitorCore, or nullptr with a TypeError set
-// for one made by __new__ alone (never initialised).
+// The C++ object of a DifferenceMonitorCore (as faceOf: nullptr with a
+// TypeError set for one never initialised).
 PyDifferenceMonitor* unwrap(PyObject* obj) {
-  void* value = cppObjectOf(obj);
-  if (value == nullptr) {
-    PyErr_SetString(
-        PyExc_TypeError,
-        "this DifferenceMonitorCore was never initialised (made with "
-        "__new__ alone); build it with DifferenceMonitorCore(...) or use "
-        "torch_monitor.DifferenceMonitor");
-  }
-  return static_cast<PyDifferenceMonitor*>(value);
+  return static_cast<PyDifferenceMonitor*>(faceOf(obj));
 }
 
 // ---------------------------------------------------- attribute resolution
@@ -416,7 +412,7 @@ void raiseMissing(
     where = "'" + where + "' (" + Py_TYPE(owner)->tp_name + ")";
   }
   const std::string message = "DifferenceMonitor attribute path '" +
-      self.monitor->name() + "' does not resolve on " +
+      self.monitor()->name() + "' does not resolve on " +
       Py_TYPE(module)->tp_name + ": " + where + " has no attribute '" +
       py::str(self.parts[missing]).cast<std::string>() +
       "'. Check the path (parts are joined by dots and resolved at every "
@@ -510,15 +506,15 @@ PyObject* runEagerHook(PyObject* key, PyObject* module, bool isBefore) {
   PyObject* result = nullptr;
   if (self == nullptr) {
     // error set
-  } else if (!self->monitor->runsWhen(training == 1)) {
+  } else if (!self->monitor()->runsWhen(training == 1)) {
     result = Py_NewRef(Py_None);
   } else if (PyObject* value = resolvePath(module, *self)) {
     result = noneOrPythonError([&]() {
-      const c10::IValue v = valueFromPython(value, self->monitor->name());
+      const c10::IValue v = valueFromPython(value, self->monitor()->name());
       if (isBefore) {
-        self->monitor->before(v, training == 1);
+        self->monitor()->before(v, training == 1);
       } else {
-        self->monitor->after(v, training == 1);
+        self->monitor()->after(v, training == 1);
       }
     });
     Py_DECREF(value);
@@ -623,13 +619,13 @@ PyObject* fastCall(
     return nullptr;
   }
   return noneOrPythonError([&]() {
-    const c10::IValue v = valueFromPython(given[0], self->monitor->name());
+    const c10::IValue v = valueFromPython(given[0], self->monitor()->name());
     if (Which == Hook::Before) {
-      self->monitor->before(v, training == 1);
+      self->monitor()->before(v, training == 1);
     } else if (Which == Hook::After) {
-      self->monitor->after(v, training == 1);
+      self->monitor()->after(v, training == 1);
     } else {
-      self->monitor->observe(v, training == 1);
+      self->monitor()->observe(v, training == 1);
     }
   });
 }
@@ -639,10 +635,10 @@ std::unique_ptr<PyDifferenceMonitor> copyOf(
     py::object reducer) {
   return makeMonitor(
       std::move(reducer),
-      self.monitor->name(),
-      self.monitor->trainUpdate(),
-      self.monitor->evalUpdate(),
-      self.monitor->keepGraph(),
+      self.monitor()->name(),
+      self.monitor()->trainUpdate(),
+      self.monitor()->evalUpdate(),
+      self.monitor()->keepGraph(),
       self.script().kind(),
       self.filter,
       self.map,
@@ -738,11 +734,11 @@ void initMonitors(py::module_& m) {
               })
           .def("__repr__", [](const Self& self) {
             return "DifferenceMonitorCore(name=" +
-                py::repr(py::str(self.monitor->name())).cast<std::string>() +
+                py::repr(py::str(self.monitor()->name())).cast<std::string>() +
                 ", train_update=" +
-                (self.monitor->trainUpdate() ? "True" : "False") +
+                (self.monitor()->trainUpdate() ? "True" : "False") +
                 ", eval_update=" +
-                (self.monitor->evalUpdate() ? "True" : "False") + ")";
+                (self.monitor()->evalUpdate() ? "True" : "False") + ")";
           });
 
   static PyMethodDef beforeDef = {
