@@ -397,6 +397,10 @@ class _FaceType(type(_C.Face)):  # type: ignore[misc]
         return sorted(names | {"__eq__", "__hash__", "__ne__"})
 
 
+#: The face of each ``torch.classes.torch_monitor`` class, by its name.
+FACE_CLASSES: Dict[str, type] = {}
+
+
 def make_face(cls_name: str, spelling: Spelling) -> type:
     """The Python class of ``torch.classes.torch_monitor.<cls_name>``."""
     namespace: Dict[str, Any] = {
@@ -434,6 +438,7 @@ def make_face(cls_name: str, spelling: Spelling) -> type:
     _C._harden_face_class(cls)
     if spelling.install is not None:
         spelling.install(cls)
+    FACE_CLASSES[cls_name] = cls
     return cls
 
 

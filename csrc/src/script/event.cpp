@@ -4,7 +4,7 @@
 
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
-#include <torch_monitor/script/flatten.h>
+#include <torch_monitor/script/config.h>
 #include <torch_monitor/script/registration.h>
 #include <torch_monitor/step.h>
 

@@ -6,7 +6,7 @@
 #include <ATen/ops/alias.h>
 
 #include <torch_monitor/reducers/factory.h>
-#include <torch_monitor/script/flatten.h>
+#include <torch_monitor/script/config.h>
 #include <torch_monitor/script/registration.h>
 
 namespace torch_monitor::script {

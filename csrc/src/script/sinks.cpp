@@ -10,7 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <torch_monitor/script/event.h>
-#include <torch_monitor/script/flatten.h>
+#include <torch_monitor/script/config.h>
 #include <torch_monitor/script/registration.h>
 #include <torch_monitor/sinks/sinks.h>
 
@@ -176,40 +176,12 @@ torch::class_<ScriptSink<S>>& defineSinkMethods(
           "What it writes where, as repr() shows it");
 }
 
-// Pickled states (version first). Unpickling makes a new, unregistered sink
-// with the same configuration: a TorchScript module that holds a writer
-// opens a new event file when loaded.
-using TensorBoardState = std::tuple<
-    int64_t, // version
-    std::string, // log_dir
-    double, // flush_interval, seconds
-    int64_t, // max_buffer_bytes
-    std::vector<std::string>, // event_names
-    std::string>; // step_key
-using JsonLinesState = std::tuple<
-    int64_t, // version
-    std::string, // path
-    double, // flush_interval, seconds
-    int64_t, // max_buffer_bytes
-    std::vector<std::string>>; // event_names (a loaded writer appends)
-using ConsoleState = std::tuple<int64_t, std::string, std::vector<std::string>>;
-using MemoryState = std::tuple<int64_t, int64_t, std::vector<std::string>>;
+// Every sink's state is its configuration (defineConfigState): unpickling
+// makes a new, unregistered sink with the same configuration, so a
+// TorchScript module that holds a writer opens a new event file when
+// loaded. Version 1 was a tuple of some of the constructor's arguments.
+constexpr int64_t kStateVersion = 2;
 using Labels = c10::Dict<std::string, std::string>;
-using PrometheusExporterState =
-    std::tuple<int64_t, int64_t, std::string, Labels>; // version, port, host
-using PrometheusTextFileState = std::tuple<int64_t, std::string, Labels>;
-constexpr int64_t kStateVersion = 1;
-
-void checkVersion(int64_t version, const char* cls) {
-  TORCH_CHECK(
-      version == kStateVersion,
-      "cannot load a torch_monitor ",
-      cls,
-      " saved with state version ",
-      version,
-      "; this build reads version ",
-      kStateVersion);
-}
 
 Self<TensorBoardWriter> makeTensorBoardWriter(
     std::string logdir,
@@ -230,14 +202,19 @@ Self<TensorBoardWriter> makeTensorBoardWriter(
 void registerTensorBoardWriter(torch::Library& m) {
   using S = TensorBoardWriter;
   auto cls = m.class_<ScriptSink<S>>("TensorBoardWriter");
-  defineFlatten(cls, [](ScriptSink<S>& self) {
+  defineConfigState(
+      cls,
+      kStateVersion,
+      &makeTensorBoardWriter,
+      [](ScriptSink<S>& self) {
     return fileSinkConfig(
         {{"log_dir", self.get().logdir()},
          {"step_key", self.get().options().stepKey},
          {"ranks",
           std::string(sinks::rankFilesName(self.get().options().ranks))}},
         self.get().options());
-  });
+  },
+      {{1, {"log_dir", "flush_interval", "max_buffer_bytes", "event_names", "step_key"}}});
   cls.def(
       torch::init(&makeTensorBoardWriter),
       "Writes events as TensorBoard scalars, natively (no protobuf, no "
@@ -396,31 +373,7 @@ void registerTensorBoardWriter(torch::Library& m) {
       .def(
           "event_names",
           [](const Self<S>& self) { return self->get().options().eventNames; },
-          "The event names written ([]: every event)")
-      .def_pickle(
-          [](const Self<S>& self) {
-            const auto& o = self->get().options();
-            return TensorBoardState(
-                kStateVersion,
-                self->get().logdir(),
-                secondsOf(o.flushInterval),
-                static_cast<int64_t>(o.maxBufferBytes),
-                o.eventNames,
-                o.stepKey);
-          },
-          [](TensorBoardState state) {
-            auto& [version, logdir, interval, bytes, names, stepKey] = state;
-            checkVersion(version, "TensorBoardWriter");
-            // The state is as it was before ranks existed (archives stay
-            // loadable): a loaded writer keeps ranks apart by default.
-            return makeTensorBoardWriter(
-                std::move(logdir),
-                interval,
-                bytes,
-                std::move(names),
-                std::move(stepKey),
-                "separate");
-          });
+          "The event names written ([]: every event)");
 }
 
 Self<JsonLinesWriter> makeJsonLinesWriter(
@@ -439,17 +392,40 @@ Self<JsonLinesWriter> makeJsonLinesWriter(
   return makeSink<JsonLinesWriter>(std::move(path), std::move(options));
 }
 
+// A loaded writer appends, whatever `append` it was saved with: loading a
+// model (a checkpoint resumed mid-run, say) must never truncate a log.
+Self<JsonLinesWriter> loadJsonLinesWriter(
+    std::string path,
+    double flushInterval,
+    int64_t maxBufferBytes,
+    std::vector<std::string> eventNames,
+    bool /*append*/,
+    const std::string& ranks) {
+  return makeJsonLinesWriter(
+      std::move(path),
+      flushInterval,
+      maxBufferBytes,
+      std::move(eventNames),
+      /*append=*/true,
+      ranks);
+}
+
 void registerJsonLinesWriter(torch::Library& m) {
   using S = JsonLinesWriter;
   auto cls = m.class_<ScriptSink<S>>("JsonLinesWriter");
-  defineFlatten(cls, [](ScriptSink<S>& self) {
+  defineConfigState(
+      cls,
+      kStateVersion,
+      &loadJsonLinesWriter,
+      [](ScriptSink<S>& self) {
     return fileSinkConfig(
         {{"path", self.get().path()},
          {"append", self.get().options().append},
          {"ranks",
           std::string(sinks::rankFilesName(self.get().options().ranks))}},
         self.get().options());
-  });
+  },
+      {{1, {"path", "flush_interval", "max_buffer_bytes", "event_names"}}});
   cls.def(
       torch::init(&makeJsonLinesWriter),
       "Appends one JSON object per event and line to ``path`` (JSON "
@@ -517,29 +493,6 @@ void registerJsonLinesWriter(torch::Library& m) {
           "ranks",
           [](const Self<S>& self) {
             return std::string(sinks::rankFilesName(self->get().options().ranks));
-          })
-      .def_pickle(
-          [](const Self<S>& self) {
-            const auto& o = self->get().options();
-            return JsonLinesState(
-                kStateVersion,
-                self->get().path(),
-                secondsOf(o.flushInterval),
-                static_cast<int64_t>(o.maxBufferBytes),
-                o.eventNames);
-          },
-          [](JsonLinesState state) {
-            auto& [version, path, interval, bytes, names] = state;
-            checkVersion(version, "JsonLinesWriter");
-            // Never truncate a log because a model was loaded.
-            // Ranks: as for TensorBoardWriter's state.
-            return makeJsonLinesWriter(
-                std::move(path),
-                interval,
-                bytes,
-                std::move(names),
-                true,
-                "separate");
           });
 }
 
@@ -553,11 +506,16 @@ Self<ConsoleHandler> makeConsoleHandler(
 void registerConsoleHandler(torch::Library& m) {
   using S = ConsoleHandler;
   auto cls = m.class_<ScriptSink<S>>("ConsoleHandler");
-  defineFlatten(cls, [](ScriptSink<S>& self) {
+  defineConfigState(
+      cls,
+      kStateVersion,
+      &makeConsoleHandler,
+      [](ScriptSink<S>& self) {
     return Config{
         {"stream", std::string(sinks::consoleStreamName(self.get().stream()))},
         {"event_names", self.get().eventNames()}};
-  });
+  },
+      {{1, {"stream", "event_names"}}});
   cls.def(
       torch::init([](std::string stream, std::vector<std::string> names) {
         return makeConsoleHandler(stream, std::move(names));
@@ -586,18 +544,6 @@ void registerConsoleHandler(torch::Library& m) {
           "stream",
           [](const Self<S>& self) {
             return std::string(sinks::consoleStreamName(self->get().stream()));
-          })
-      .def_pickle(
-          [](const Self<S>& self) {
-            return ConsoleState(
-                kStateVersion,
-                sinks::consoleStreamName(self->get().stream()),
-                self->get().eventNames());
-          },
-          [](ConsoleState state) {
-            auto& [version, stream, names] = state;
-            checkVersion(version, "ConsoleHandler");
-            return makeConsoleHandler(stream, std::move(names));
           });
 }
 
@@ -613,11 +559,16 @@ Self<MemoryHandler> makeMemoryHandler(
 void registerMemoryHandler(torch::Library& m) {
   using S = MemoryHandler;
   auto cls = m.class_<ScriptSink<S>>("MemoryHandler");
-  defineFlatten(cls, [](ScriptSink<S>& self) {
+  defineConfigState(
+      cls,
+      kStateVersion,
+      &makeMemoryHandler,
+      [](ScriptSink<S>& self) {
     return Config{
         {"capacity", static_cast<int64_t>(self.get().capacity())},
         {"event_names", self.get().eventNames()}};
-  });
+  },
+      {{1, {"capacity", "event_names"}}});
   cls.def(
       torch::init(&makeMemoryHandler),
       "Keeps the last ``capacity`` events in memory, for tests and "
@@ -661,18 +612,6 @@ void registerMemoryHandler(torch::Library& m) {
           "capacity",
           [](const Self<S>& self) {
             return static_cast<int64_t>(self->get().capacity());
-          })
-      .def_pickle(
-          [](const Self<S>& self) {
-            return MemoryState(
-                kStateVersion,
-                static_cast<int64_t>(self->get().capacity()),
-                self->get().eventNames());
-          },
-          [](MemoryState state) {
-            auto& [version, capacity, names] = state;
-            checkVersion(version, "MemoryHandler");
-            return makeMemoryHandler(capacity, std::move(names));
           });
 }
 
@@ -708,12 +647,17 @@ void registerPrometheusExporter(torch::Library& m) {
   using S = PrometheusExporter;
   auto cls = m.class_<ScriptSink<S>>("PrometheusExporter");
   // The port asked for, not the one bound: configuration only.
-  defineFlatten(cls, [](ScriptSink<S>& self) {
+  defineConfigState(
+      cls,
+      kStateVersion,
+      &makePrometheusExporter,
+      [](ScriptSink<S>& self) {
     return Config{
         {"port", static_cast<int64_t>(self.get().requestedPort())},
         {"host", self.get().host()},
         {"labels", labelDict(self.get().labels())}};
-  });
+  },
+      {{1, {"port", "host", "labels"}}});
   cls.def(
       torch::init(&makePrometheusExporter),
       "Serves every Stat's last closed window at ``GET /metrics`` for "
@@ -761,20 +705,7 @@ void registerPrometheusExporter(torch::Library& m) {
       .def(
           "render",
           [](const Self<S>& self) { return self->get().render(); },
-          "What a scrape of /metrics returns now")
-      .def_pickle(
-          [](const Self<S>& self) {
-            return PrometheusExporterState(
-                kStateVersion,
-                self->get().requestedPort(),
-                self->get().host(),
-                labelDict(self->get().labels()));
-          },
-          [](PrometheusExporterState state) {
-            auto& [version, port, host, labels] = state;
-            checkVersion(version, "PrometheusExporter");
-            return makePrometheusExporter(port, std::move(host), labels);
-          });
+          "What a scrape of /metrics returns now");
 }
 
 Self<PrometheusTextFile> makePrometheusTextFile(
@@ -786,11 +717,16 @@ Self<PrometheusTextFile> makePrometheusTextFile(
 void registerPrometheusTextFile(torch::Library& m) {
   using S = PrometheusTextFile;
   auto cls = m.class_<ScriptSink<S>>("PrometheusTextFile");
-  defineFlatten(cls, [](ScriptSink<S>& self) {
+  defineConfigState(
+      cls,
+      kStateVersion,
+      &makePrometheusTextFile,
+      [](ScriptSink<S>& self) {
     return Config{
         {"path", self.get().path()},
         {"labels", labelDict(self.get().labels())}};
-  });
+  },
+      {{1, {"path", "labels"}}});
   cls.def(
       torch::init(&makePrometheusTextFile),
       "Writes what ``PrometheusExporter`` serves to a ``.prom`` file.\n"
@@ -806,19 +742,7 @@ void registerPrometheusTextFile(torch::Library& m) {
       .def("path", [](const Self<S>& self) { return self->get().path(); })
       .def(
           "labels",
-          [](const Self<S>& self) { return labelDict(self->get().labels()); })
-      .def_pickle(
-          [](const Self<S>& self) {
-            return PrometheusTextFileState(
-                kStateVersion,
-                self->get().path(),
-                labelDict(self->get().labels()));
-          },
-          [](PrometheusTextFileState state) {
-            auto& [version, path, labels] = state;
-            checkVersion(version, "PrometheusTextFile");
-            return makePrometheusTextFile(std::move(path), labels);
-          });
+          [](const Self<S>& self) { return labelDict(self->get().labels()); });
 }
 
 } // namespace

@@ -2,7 +2,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <torch_monitor/script/flatten.h>
+#include <torch_monitor/script/config.h>
 #include <torch_monitor/script/registration.h>
 
 namespace torch_monitor::script {

@@ -1,6 +1,6 @@
 #include <torch_monitor/script/wait_counter.h>
 
-#include <torch_monitor/script/flatten.h>
+#include <torch_monitor/script/config.h>
 #include <torch_monitor/script/registration.h>
 #include <torch_monitor/script/stat.h>
 

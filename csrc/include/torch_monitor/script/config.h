@@ -1,0 +1,138 @@
+#pragma once
+
+// An object's configuration: what its constructor took, as (name, value)
+// pairs. It serves PyTorch 2 (__obj_flatten__) and, for an object whose
+// configuration is all it has to save, the one versioned state that every
+// copy kind goes through (defineConfigState).
+
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <torch/custom_class.h>
+
+namespace torch_monitor::script {
+
+// An object's configuration as (key, value) pairs: what its constructor
+// took, never what changes from step to step.
+using Config = std::vector<std::pair<std::string, c10::IValue>>;
+
+// ((key, value), ...) as PyTorch 2 expects from __obj_flatten__.
+c10::IValue flattenConfig(Config config);
+
+// Gives a custom class what torch.compile and torch.export need of it:
+// * __obj_flatten__: they build the class's fake object (torch_monitor._fake)
+//   from what it returns, and Dynamo guards on it. `config(self)` must
+//   therefore list configuration only; a per-step number there would
+//   recompile every step.
+// * __eq__, by identity: PT2 compares the objects it lifts into a graph, and
+//   torch.ScriptObject's == raises for a class without one.
+template <class Holder, class ConfigOf>
+torch::class_<Holder>& defineFlatten(
+    torch::class_<Holder>& cls,
+    ConfigOf config) {
+  return cls
+      .def(
+          "__obj_flatten__",
+          [config](const c10::intrusive_ptr<Holder>& self) -> c10::IValue {
+            return flattenConfig(config(*self));
+          })
+      .def(
+          "__eq__",
+          [](const c10::intrusive_ptr<Holder>& self, const c10::IValue& other) {
+            return other.isCustomClass() &&
+                other.type() ==
+                c10::getCustomClassType<c10::intrusive_ptr<Holder>>() &&
+                other.toCustomClass<Holder>().get() == self.get();
+          });
+}
+
+// What an earlier state version held: its constructor arguments, in order,
+// after the version number (a tuple without names).
+struct LegacyState {
+  int64_t version;
+  std::vector<std::string> arguments;
+};
+
+// The arguments of class `cls`'s constructor (its registered schema,
+// without self), each read from the state's named values: the value saved
+// under the argument's name, else the schema's default (a state saved
+// before the argument existed). Throws c10::Error, naming the class, for a
+// state that is not of this class's versions or lacks a required argument.
+std::vector<c10::IValue> savedConstructorArguments(
+    const c10::ClassTypePtr& cls,
+    const c10::IValue& state,
+    int64_t version,
+    const std::vector<LegacyState>& legacy);
+
+template <class Holder, class... Args, size_t... I>
+c10::intrusive_ptr<Holder> callWithArguments(
+    c10::intrusive_ptr<Holder> (*make)(Args...),
+    std::vector<c10::IValue>& values,
+    std::index_sequence<I...>) {
+  return make(std::move(values[I]).template to<std::decay_t<Args>>()...);
+}
+
+// What defineConfigState keeps per class: torch::class_::def_pickle takes
+// only lambdas without captures, which reach it through here.
+// A function-local static, built on first use: the library's registration
+// runs during static initialisation, before an inline static member of a
+// template is guaranteed to exist.
+template <class Holder>
+struct ConfigState {
+  std::function<c10::IValue(Holder&)> save;
+  std::function<c10::intrusive_ptr<Holder>(const c10::IValue&)> load;
+
+  static ConfigState& of() {
+    static ConfigState state;
+    return state;
+  }
+};
+
+// Defines __obj_flatten__ and __eq__ (defineFlatten) and the object's one
+// versioned state, (version, ((argument, value), ...)): `config(self)`
+// names every constructor argument, so whatever the constructor takes is
+// saved, and loading calls `make` (the function the constructor runs) with
+// the saved values by name. A state of an earlier version is read by the
+// names `legacy` gives its fields, and an argument added since then takes
+// its schema default: adding a constructor argument to such a class
+// touches its registration only. `make` refuses what the constructor
+// refuses (a path with NUL, an unknown name): a corrupted archive gets the
+// constructor's error.
+template <class Holder, class ConfigOf, class... Args>
+torch::class_<Holder>& defineConfigState(
+    torch::class_<Holder>& cls,
+    int64_t version,
+    c10::intrusive_ptr<Holder> (*make)(Args...),
+    ConfigOf config,
+    std::vector<LegacyState> legacy = {}) {
+  defineFlatten(cls, config);
+  ConfigState<Holder>::of().save = [config, version](Holder& self) -> c10::IValue {
+    return c10::ivalue::Tuple::create(
+        c10::IValue(version), flattenConfig(config(self)));
+  };
+  ConfigState<Holder>::of().load = [make, version, legacy = std::move(legacy)](
+                                  const c10::IValue& state) {
+    std::vector<c10::IValue> values = savedConstructorArguments(
+        c10::getCustomClassType<c10::intrusive_ptr<Holder>>(),
+        state,
+        version,
+        legacy);
+    TORCH_INTERNAL_ASSERT(
+        values.size() == sizeof...(Args),
+        "the constructor's schema and its function differ in arity");
+    return callWithArguments(make, values, std::index_sequence_for<Args...>{});
+  };
+  return cls.def_pickle(
+      [](const c10::intrusive_ptr<Holder>& self) -> c10::IValue {
+        return ConfigState<Holder>::of().save(*self);
+      },
+      [](c10::IValue state) { return ConfigState<Holder>::of().load(state); });
+}
+
+} // namespace torch_monitor::script
