@@ -91,9 +91,6 @@ _WaitCounterTracker = WaitCounterTracker
 #: The name the design notes use for the JSON Lines sink.
 JsonLinesHandler = JsonLinesWriter
 
-# The monitor core's face is hand-written (its hooks are a hot path): it
-# gets the TorchScript methods it does not define.
-_faces.forward_script_methods(_C.DifferenceMonitorCore)
 # PyTorch 2's fakes and patches (torch_monitor._fake) wait for Dynamo's
 # import, which costs seconds and which torch.compile and torch.export do.
 _internals.after_dynamo_import(lambda dynamo: _importlib.import_module("torch_monitor._fake"))

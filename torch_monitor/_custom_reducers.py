@@ -18,7 +18,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from torch import Tensor
 
-from . import _internals
+from . import _C, _internals
 
 # Where the reducers' own definitions live: anything defined elsewhere is the
 # user's.
@@ -71,9 +71,7 @@ def install_fold(reducer: Any) -> None:
         if overrides(type(reducer), "interpolate")
         else None
     )
-    reducer._handle.set_python_fold(
-        fold_inputs, interpolate, type(reducer).__qualname__
-    )
+    _C._set_python_fold(reducer.script_reducer, fold_inputs, interpolate, type(reducer).__qualname__)
 
 
 def needs_python_call(reducer: Any) -> bool:

@@ -108,6 +108,21 @@ def _tensor(value: Any, where: str) -> torch.Tensor:
     return value
 
 
+def _device(value: Any, where: str) -> torch.device:
+    if not isinstance(value, (torch.device, str, int)) or isinstance(value, bool):
+        raise _type_error(where, "a torch.device (or its name)", value)
+    try:
+        return torch.device(value)
+    except RuntimeError as e:
+        raise ValueError(f"{where} is not a device: {e}") from None
+
+
+def _dtype(value: Any, where: str) -> torch.dtype:
+    if not isinstance(value, torch.dtype):
+        raise _type_error(where, "a torch.dtype", value)
+    return value
+
+
 def _any(value: Any, where: str) -> Any:
     return value
 
@@ -143,6 +158,8 @@ KINDS_OF_SCHEMA = {
     "bool": Kind("bool", _bool),
     "str": Kind("str", _str),
     "Tensor": Kind("torch.Tensor", _tensor),
+    "Device": Kind("Union[torch.device, str]", _device),
+    "ScalarType": Kind("torch.dtype", _dtype),
     "Any": Kind("Any", _any),
     "NoneType": Kind("None", _any),
 }
@@ -273,7 +290,7 @@ def _signature_source(
                 "of the TorchScript registration (torch::arg)"
             )
         kind = spelling.kinds.get(name)
-        kind = KINDS[kind] if isinstance(kind, str) else kind or kind_of(argument.type)
+        kind = KINDS[kind] if isinstance(kind, str) else kind or kind_of(argument.real_type)
         namespace[f"_kind_{name}"] = kind.convert
         if positional is not None and index == positional and not keyword_only:
             params.append("*")
@@ -483,16 +500,3 @@ def make_op_face(op_name: str, spelling: Spelling, doc: str) -> Callable[..., An
     function.__module__ = "torch_monitor"
     function.__face_signature__ = f"({params}) -> {returns}"
     return function
-
-
-def forward_script_methods(cls: type) -> None:
-    """Gives a hand-written face (a ``_C.Face`` subclass in C++: the monitor
-    core) every public TorchScript method it does not define, made as every
-    face's methods are (``_method``: the schema's signature, each argument
-    checked by its kind), with ``__obj_flatten__`` for PyTorch 2 and the
-    TorchScript state as ``__getstate__`` (not ``torch.ScriptObject``'s), as
-    ``make_face`` gives them."""
-    for schema, doc in _C._script_methods(cls._script_class):
-        name = schema.name
-        if name in ("__getstate__", "__obj_flatten__") or not name.startswith("__") and not hasattr(cls, name):
-            setattr(cls, name, _method(cls._script_class, schema, doc, Spelling()))

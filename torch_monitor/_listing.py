@@ -6,7 +6,7 @@ from typing import Any, Dict
 import torch
 from torch import nn
 
-from . import _C, _internals
+from . import _C, _faces, _internals, _spellings
 
 __all__ = ["monitors_of"]
 
@@ -16,7 +16,8 @@ def monitors_of(module: nn.Module) -> Dict[str, Any]:
     the dotted path of the attribute holding it.
 
     Works on eager modules, on scripted ones and on models loaded with
-    ``torch.jit.load``. The values are the monitors' TorchScript objects
+    ``torch.jit.load``. The values are the monitors' objects, the faces of
+    ``torch.classes.torch_monitor.DifferenceMonitor`` that the modules hold
     (``peek()``, ``dump()``, ``view()``, ``reducer()``, ...); ``kind()`` says
     which monitor each is ("DifferenceMonitor", "InputMonitor",
     "OutputMonitor", "StateMonitor", "MultiStateMonitor", or "Monitor" for
@@ -25,7 +26,8 @@ def monitors_of(module: nn.Module) -> Dict[str, Any]:
     """
     if isinstance(module, torch.jit.ScriptModule):
         return {
-            path: monitor for path, _, monitor in _C._monitors_of(_internals.script_module_object(module))
+            path: _faces.wrap(_spellings.DifferenceMonitor, monitor)
+            for path, _, monitor in _C._monitors_of(_internals.script_module_object(module))
         }
     if not isinstance(module, nn.Module):
         raise TypeError(

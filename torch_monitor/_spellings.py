@@ -18,6 +18,7 @@ differs, each with its reason:
 
 from __future__ import annotations
 
+import copy
 import datetime
 from typing import Any, Dict
 
@@ -259,6 +260,108 @@ FACES: Dict[str, Spelling] = {
     ),
 }
 
+# The nn side's objects. A reducer's Python callables (a criterion, a fold
+# written in Python) are attached after construction onto its C++ setters
+# (_C._set_python_criterion, _C._set_python_fold); torch_monitor.reducers'
+# nn.Modules hold one as ``script_reducer``.
+FACES["Reducer"] = Spelling()
+
+
+def _reducer_feed(value: Any, where: str) -> Any:
+    """A monitor's reducer: a torch_monitor reducer (what it says a monitor
+    feeds) or a torch.classes.torch_monitor.Reducer object."""
+    if isinstance(value, torch.ScriptObject):
+        return value  # TorchScript's own check names another class
+    feed = getattr(value, "_monitor_feed", None)
+    if feed is None:
+        raise TypeError(
+            f"{where} must be a torch_monitor reducer (e.g. torch_monitor.PassthroughReducer(1.0)) "
+            f"or its torch.classes.torch_monitor.Reducer object, got {type(value).__name__} "
+            "(inferno's reducers are Python objects that the C++ monitor cannot feed)"
+        )
+    return feed()
+
+
+def _keep_given_reducer(monitor: Any, given: Dict[str, Any]) -> None:
+    """TorchScript's constructor wraps the C++ reducer in a new object: the
+    monitor keeps the one its caller holds instead (a reducer module's), so
+    that a model holding both saves one reducer."""
+    feed = given["reducer"]
+    feed = feed if isinstance(feed, torch.ScriptObject) else getattr(feed, "script_reducer", None)
+    if isinstance(feed, torch.ScriptObject) and feed == monitor.reducer():
+        _C._keep_reducer_object(monitor, feed)
+
+
+def _reducer_given(monitor: Any) -> Any:
+    """What a monitor was given as its reducer: the torch_monitor reducer that
+    owns its Reducer object (so that copies of both stay one, through
+    ``deepcopy``'s memo, and a Python reducer keeps its code), else that
+    object."""
+    from .reducers import owner_of  # torch_monitor.reducers imports this module
+
+    feed = monitor.reducer()
+    return owner_of(feed) or feed
+
+
+def _monitor_like(monitor: Any, reducer: Any, config: Any = None, callables: Any = None) -> Any:
+    """A new monitor with ``monitor``'s configuration and Python callables
+    (or those given), feeding ``reducer``."""
+    if config is None:
+        config = dict(monitor.__obj_flatten__())
+    config = {k: v for k, v in config.items() if k != "has_custom_callables"}
+    new = DifferenceMonitor(reducer, **config)
+    callables = _C._monitor_callables(monitor) if callables is None else callables
+    if any(c is not None for c in callables):
+        _C._set_monitor_callables(new, *callables)
+    return new
+
+
+def _restore_monitor(version: int, reducer: Any, config: Any, callables: Any) -> Any:
+    if version != 1:
+        raise ValueError(
+            f"cannot unpickle a torch_monitor monitor saved with state version {version}; "
+            "this build reads version 1. Load it with the release that saved it"
+        )
+    return _monitor_like(None, reducer, config, callables)
+
+
+# A monitor's copies and pickles carry its configuration, its Python
+# callables and its reducer as given: a deep copy of a monitor and of the
+# reducer module feeding it (one deepcopy, as of a module holding both)
+# stays wired to one reducer copy.
+_MONITOR_COPIES = {
+    "__copy__": lambda self: _monitor_like(self, self.reducer()),
+    "__deepcopy__": lambda self, memo: _monitor_like(self, copy.deepcopy(_reducer_given(self), memo)),
+    "__reduce_ex__": lambda self, protocol: (
+        _restore_monitor,
+        (1, _reducer_given(self), dict(self.__obj_flatten__()), _C._monitor_callables(self)),
+    ),
+}
+
+# The object every monitor keeps on its module (torch_monitor.monitors).
+# Its hooks' calls are a measured hot path, installed over the derived
+# ones; its Python filter_/map_/op_ are set after construction
+# (_C._set_monitor_callables) and read back (_C._monitor_callables).
+FACES["DifferenceMonitor"] = Spelling(
+    kinds={"reducer": Kind("Any", _reducer_feed)},
+    results={"reducer": (lambda reducer: _faces.wrap(Reducer, reducer), "'Reducer'")},
+    install=_C._install_monitor_calls,
+    after_init=_keep_given_reducer,
+    methods=_MONITOR_COPIES,
+    signatures={
+        "__copy__": "(self) -> DifferenceMonitor",
+        "__deepcopy__": "(self, memo: Dict[int, Any]) -> DifferenceMonitor",
+        "__reduce_ex__": "(self, protocol: int) -> Any",
+        **{
+            name: "(self, value: Any, training: bool) -> None"
+            for name in ("before", "after", "observe")
+        },
+    },
+)
+# A watch's recorder; torch_monitor.watch() attaches the hooks that feed it
+# (Python's Watch holds both).
+FACES["Watch"] = Spelling(kinds={"window_seconds": "seconds"})
+
 Stat = _faces.make_face("Stat", FACES["Stat"])
 IntStat = _faces.make_face("IntStat", FACES["IntStat"])
 WaitCounterTracker = _faces.make_face("WaitCounterTracker", FACES["WaitCounterTracker"])
@@ -269,6 +372,13 @@ ConsoleHandler = _faces.make_face("ConsoleHandler", FACES["ConsoleHandler"])
 MemoryHandler = _faces.make_face("MemoryHandler", FACES["MemoryHandler"])
 PrometheusExporter = _faces.make_face("PrometheusExporter", FACES["PrometheusExporter"])
 PrometheusTextFile = _faces.make_face("PrometheusTextFile", FACES["PrometheusTextFile"])
+Reducer = _faces.make_face("Reducer", FACES["Reducer"])
+DifferenceMonitor = _faces.make_face("DifferenceMonitor", FACES["DifferenceMonitor"])
+Watch = _faces.make_face("Watch", FACES["Watch"])
+# Not exported by torch_monitor under these names (its DifferenceMonitor and
+# Watch are the nn.Module and watch()'s front end that hold them): pickles
+# find them here.
+Reducer.__module__ = DifferenceMonitor.__module__ = Watch.__module__ = __name__
 
 
 # -- ops: one Python function each, made from the op's schema -----------------

@@ -5,7 +5,8 @@
 its attributes changed across ``forward()``. The work happens in C++:
 
 * The monitor's state is a ``torch.classes.torch_monitor.DifferenceMonitor``
-  object (``torch_monitor._C.DifferenceMonitorCore``) holding the C++ reducer.
+  object (its face, made from the schema as every face is) holding the C++
+  reducer and the Python ``filter_``/``map_``/``op_``.
   ``register()`` stores it on the monitored module as the attribute
   ``monitor.key``, so ``torch.jit.script`` carries it into the scripted module
   and ``torch.jit.save`` saves it with the model.
@@ -21,13 +22,14 @@ import copy
 import inspect
 import itertools
 import typing
+import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
-from . import _C, _internals
+from . import _C, _internals, _spellings
 from ._checks import strict_bool
 
 __all__ = [
@@ -168,6 +170,7 @@ class _HookSide(typing.NamedTuple):
 
     method: str  # "before", "after" or "observe" of the monitor core
     value: str
+    path: str = ""  # a DifferenceMonitor's attribute path (its eager hooks read it in C++)
 
 
 def _make_hooks(key: str, module: nn.Module, pre: Optional[_HookSide], post: Optional[_HookSide]):
@@ -195,7 +198,7 @@ def _make_hooks(key: str, module: nn.Module, pre: Optional[_HookSide], post: Opt
     }
     source = ""
     if pre is not None and pre.method == "before":  # DifferenceMonitor
-        namespace["_before"], namespace["_after"] = _C._difference_monitor_hooks(key)
+        namespace["_before"], namespace["_after"] = _C._difference_monitor_hooks(key, pre.path)
         pre_eager = "_before(self)"
     else:
         for arg, side in (("input", pre), ("output", post)):
@@ -319,10 +322,22 @@ def _core_flag(core_name: str, name: str, doc: str) -> property:
     return property(get, set, doc=doc)
 
 
-def _checked_callable(fn, name: str):
-    if fn is not None and not callable(fn):
-        raise TypeError(f"{name} must be a callable or None, got {type(fn).__name__}")
-    return fn
+def _monitor_core(reducer, name: str, train_update, eval_update, keep_graph, kind: str = "DifferenceMonitor",
+                  filter_=None, map_=None, op_=None):
+    """The object a monitor keeps on its module: the face of
+    ``torch.classes.torch_monitor.DifferenceMonitor``, with the Python
+    callables set on it (TorchScript cannot take them as arguments)."""
+    core = _spellings.DifferenceMonitor(
+        reducer,
+        name,
+        strict_bool(train_update, "train_update"),
+        strict_bool(eval_update, "eval_update"),
+        strict_bool(keep_graph, "keep_graph"),
+        kind,
+    )
+    if filter_ is not None or map_ is not None or op_ is not None:
+        _C._set_monitor_callables(core, filter_, map_, op_)
+    return core
 
 
 class _PartialConstructor:
@@ -361,7 +376,7 @@ class _PartialConstructor:
 
 
 class _Monitor(nn.Module):
-    """What every monitor shares: a C++ core (``_C.DifferenceMonitorCore``, a
+    """What every monitor shares: a C++ core (the face of
     ``torch.classes.torch_monitor.DifferenceMonitor``) feeding the reducer,
     stored on the monitored module as the attribute ``key``, and generated
     forward hooks that call it. Subclasses say what the hooks observe
@@ -433,7 +448,7 @@ class _Monitor(nn.Module):
         return self._key
 
     @property
-    def core(self) -> "_C.DifferenceMonitorCore":
+    def core(self) -> "_spellings.DifferenceMonitor":
         """The ``torch.classes.torch_monitor.DifferenceMonitor`` object."""
         return self._core
 
@@ -586,20 +601,33 @@ class _Monitor(nn.Module):
         return new
 
     def __getstate__(self):
-        """Pickles the configuration and the reducer; the copy is unregistered
-        (hooks are functions of the module, not of the monitor)."""
-        state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
-        state["_flags"] = (self.trainexec, self.evalexec, self.keep_graph)
-        return state
+        """Pickles the monitor's object (its configuration, Python callables
+        and reducer: its face's pickle) and the module's own settings; the
+        copy is unregistered (hooks are functions of the module, not of the
+        monitor)."""
+        return {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
 
     def __setstate__(self, state):
-        train_update, eval_update, keep_graph = state.pop("_flags")
+        legacy = state.pop("_flags", None), state.pop("_config", None)
         self.__dict__.update(state)
-        self._core = self._new_core(train_update, eval_update, keep_graph)
+        if legacy != (None, None):
+            self._core = self._core_from_legacy_pickle(*legacy)
         self._key = self._new_key()
         self._handles = None
         self._observed = None
         self._finalizer = None
+
+    def _core_from_legacy_pickle(self, flags, config):
+        """Pickles before issue 25 held the settings, not the object:
+        ``_flags`` (train_update, eval_update, keep_graph); a
+        DifferenceMonitor's ``_config`` (attr, train_update, eval_update,
+        filter_, map_, op_[, keep_graph])."""
+        if config is not None:
+            attr, train_update, eval_update, filter_, map_, op_ = config[:6]
+            keep_graph = config[6] if len(config) > 6 else False
+            return _monitor_core(self.reducer_, attr, train_update, eval_update, keep_graph,
+                                 filter_=filter_, map_=map_, op_=op_)
+        return self._new_core(*flags, callables=(self.__dict__.pop("_filter", None), self.__dict__.pop("_map", None)))
 
     def _adopt_hooks_of(self, module: nn.Module) -> bool:
         """Takes over the hooks that a deep copy of the module carries."""
@@ -616,7 +644,7 @@ class _Monitor(nn.Module):
         return True
 
 
-_UNPICKLED = ("_core", "_key", "_handles", "_observed", "_finalizer")
+_UNPICKLED = ("_key", "_handles", "_observed", "_finalizer")
 
 
 class DifferenceMonitor(_Monitor):
@@ -699,15 +727,8 @@ class DifferenceMonitor(_Monitor):
             filter_ = None
         if isinstance(map_, DefaultMap):
             map_, op_ = None, (map_.op if op_ is None else op_)
-        core = _C.DifferenceMonitorCore(
-            reducer,
-            attr,
-            strict_bool(train_update, "train_update"),
-            strict_bool(eval_update, "eval_update"),
-            strict_bool(keep_graph, "keep_graph"),
-            filter_=filter_,
-            map_=map_,
-            op_=op_,
+        core = _monitor_core(
+            reducer, attr, train_update, eval_update, keep_graph, filter_=filter_, map_=map_, op_=op_
         )
         self._init_monitor(reducer, core, prepend, module)
 
@@ -716,13 +737,23 @@ class DifferenceMonitor(_Monitor):
         return f"_torch_monitor_difference_{next(_ids)}"
 
     def _check_module(self, module: nn.Module) -> None:
-        # A wrong path is found when the monitor is registered, not at the
-        # first forward mid-training (inferno finds it there).
-        _C._check_monitor_path(self._core, module)
+        # The path is resolved at every forward, as inferno does (a module
+        # may get the attribute later, in its first forward say): one that
+        # does not resolve now is worth a warning, not a refusal; the first
+        # forward that cannot resolve it raises this error.
+        try:
+            _C._check_monitor_path(module, self.attr)
+        except AttributeError as e:
+            warnings.warn(
+                f"{e}. The monitor is registered: its first forward() will raise this "
+                "error unless the module has the attribute by then",
+                RuntimeWarning,
+                stacklevel=5,
+            )
 
     def _hook_sides(self):
         value = _path_expression(self.attr)
-        return _HookSide("before", value), _HookSide("after", value)
+        return _HookSide("before", value, self.attr), _HookSide("after", value, self.attr)
 
     @property
     def attr(self) -> str:
@@ -733,43 +764,23 @@ class DifferenceMonitor(_Monitor):
     def filter_(self):
         """The filter: the one given, else the default (a callable, as in
         inferno)."""
-        return _default_filter if self._core.filter_ is None else self._core.filter_
+        filter_, _, _ = _C._monitor_callables(self._core)
+        return _default_filter if filter_ is None else filter_
 
     @property
     def map_(self):
         """The map: the one given, else the default using ``op_`` (a
         callable, as in inferno)."""
-        return DefaultMap(self._core.op_) if self._core.map_ is None else self._core.map_
+        _, map_, op_ = _C._monitor_callables(self._core)
+        return DefaultMap(op_) if map_ is None else map_
 
     @property
     def op_(self):
         """The custom op, or None for the default (subtraction)."""
-        return self._core.op_
+        return _C._monitor_callables(self._core)[2]
 
     def extra_repr(self) -> str:
         return f"attr={self.attr!r}, registered={self.registered}"
-
-    def __getstate__(self):
-        state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
-        core = self._core
-        state["_config"] = (
-            self.attr, self.trainexec, self.evalexec, core.filter_, core.map_, core.op_,
-            self.keep_graph,
-        )
-        return state
-
-    def __setstate__(self, state):
-        config = state.pop("_config")
-        keep_graph = config[6] if len(config) > 6 else False
-        attr, train_update, eval_update, filter_, map_, op_ = config[:6]
-        self.__dict__.update(state)
-        self._core = _C.DifferenceMonitorCore(
-            self.reducer_, attr, train_update, eval_update, keep_graph, filter_=filter_, map_=map_, op_=op_
-        )
-        self._key = self._new_key()
-        self._handles = None
-        self._observed = None
-        self._finalizer = None
 
 
 # ------------------------------------------------------ one-hook monitors
@@ -816,23 +827,17 @@ class _ObservingMonitor(_Monitor):
         # A default read back from a monitor is the default again (the C++
         # path, saveable).
         default_filter, default_map = self._defaults
-        self._filter = None if filter_ is default_filter else _checked_callable(filter_, "filter_")
-        self._map = None if map_ is default_map else _checked_callable(map_, "map_")
+        filter_ = None if filter_ is default_filter else filter_
+        map_ = None if map_ is default_map else map_
         self.reducer_ = reducer
-        core = self._new_core(
-            strict_bool(train_update, "train_update"),
-            strict_bool(eval_update, "eval_update"),
-            strict_bool(keep_graph, "keep_graph"),
-        )
+        core = self._new_core(train_update, eval_update, keep_graph, callables=(filter_, map_))
         self._init_monitor(reducer, core, prepend, module)
 
-    def _new_core(self, train_update: bool, eval_update: bool, keep_graph: bool):
-        # The core calls filter_/map_ with (value, captured); nothing is
-        # captured here, so the user's one-argument callables get the value.
-        user_filter, user_map = self._filter, self._map
-        filter_ = None if user_filter is None else (lambda value, _: user_filter(value))
-        map_ = None if user_map is None else (lambda value, _: user_map(value))
-        return _C.DifferenceMonitorCore(
+    def _new_core(self, train_update, eval_update, keep_graph, callables=(None, None)):
+        # The core calls a one-hook monitor's filter_ and map_ with the one
+        # value observed.
+        filter_, map_ = callables
+        return _monitor_core(
             self.reducer_, self._core_name(), train_update, eval_update, keep_graph, self._kind,
             filter_=filter_, map_=map_,
         )
@@ -853,13 +858,15 @@ class _ObservingMonitor(_Monitor):
     def filter_(self):
         """The filter: the one given, else the default (a callable, as in
         inferno)."""
-        return self._defaults[0] if self._filter is None else self._filter
+        filter_ = _C._monitor_callables(self._core)[0]
+        return self._defaults[0] if filter_ is None else filter_
 
     @property
     def map_(self):
         """The map: the one given, else the default (a callable, as in
         inferno)."""
-        return self._defaults[1] if self._map is None else self._map
+        map_ = _C._monitor_callables(self._core)[1]
+        return self._defaults[1] if map_ is None else map_
 
     @property
     def as_prehook(self) -> bool:
@@ -1061,9 +1068,7 @@ class Monitor(_Monitor):
         self._hook_names = (prehook, posthook)
         self._hook_kwargs = (dict(prehook_kwargs or {}), dict(posthook_kwargs or {}))
         self.reducer_ = reducer
-        core = self._new_core(
-            strict_bool(train_update, "train_update"), strict_bool(eval_update, "eval_update"), False
-        )
+        core = self._new_core(train_update, eval_update, False)
         self._init_monitor(reducer, core, False, module)
 
     @classmethod
@@ -1072,12 +1077,10 @@ class Monitor(_Monitor):
             f"{cls.__name__}(Monitor) must implement the method `partialconstructor`."
         )
 
-    def _new_core(self, train_update: bool, eval_update: bool, keep_graph: bool):
+    def _new_core(self, train_update, eval_update, keep_graph, callables=(None, None)):
         # Holds the reducer and the gating flags (the methods feed the
         # reducer themselves).
-        return _C.DifferenceMonitorCore(
-            self.reducer_, type(self).__name__, train_update, eval_update, keep_graph, "Monitor"
-        )
+        return _monitor_core(self.reducer_, type(self).__name__, train_update, eval_update, keep_graph, "Monitor")
 
     def _check_module(self, module: nn.Module) -> None:
         """Raises now what the first forward would find wrong with

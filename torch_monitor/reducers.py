@@ -16,12 +16,13 @@ returns the history's dtype whatever the dtype of the times.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 
-from . import _C, _reducer_table
+from . import _C, _faces, _reducer_table, _spellings
 from . import _custom_reducers as _custom
 from ._checks import strict_bool
 from ._custom_reducers import overrides as _overrides
@@ -44,6 +45,18 @@ __all__ = [
 # The C++ kind under a reducer written in Python: its fold replaces this
 # kind's (which keeps the observation), the history and view() stay.
 _CUSTOM_BASE_KIND = "PassthroughReducer"
+
+# The reducer module that owns each Reducer object a monitor may feed (its
+# script_reducer): what a monitor's
+# copy or pickle takes along (_spellings._reducer_given). Faces hash by the
+# C++ object, so any face of it finds the owner.
+_OWNERS: "weakref.WeakValueDictionary[Any, FoldReducer]" = weakref.WeakValueDictionary()
+
+
+def owner_of(reducer: Any) -> Optional["FoldReducer"]:
+    """The torch_monitor reducer whose Reducer object ``reducer`` is, if any
+    (a reducer called in Python holds its module itself)."""
+    return _OWNERS.get(reducer) or _C._python_reducer_module(reducer)
 
 
 class Criterion:
@@ -216,12 +229,10 @@ class FoldReducer(nn.Module):
         name, threshold, fn = ("", 0.0, None)
         if self._criterion is not None:
             name, threshold, fn = _criterion_parts(self._criterion)
-        self.script_reducer = torch.classes.torch_monitor.Reducer(
-            self._kind or _CUSTOM_BASE_KIND, *config, name, threshold
-        )
-        self._handle = _C._ReducerHandle(self.script_reducer)
+        self.script_reducer = _spellings.Reducer(self._kind or _CUSTOM_BASE_KIND, *config, name, threshold)
+        _OWNERS[self.script_reducer] = self
         if fn is not None:
-            self._handle.set_python_criterion(fn)
+            _C._set_python_criterion(self.script_reducer, fn)
         if _overrides(type(self), "fold"):
             _custom.install_fold(self)
 
@@ -230,7 +241,7 @@ class FoldReducer(nn.Module):
         or, when ``forward`` is overridden or hooked, an object calling this
         module in Python (slower, and it cannot be saved)."""
         if _custom.needs_python_call(self):
-            return _C._python_reducer(self)
+            return _faces.wrap(_spellings.Reducer, _C._python_reducer(self))
         return self.script_reducer
 
     # -- the reducer interface -------------------------------------------
@@ -261,17 +272,8 @@ class FoldReducer(nn.Module):
     def forward(self, obs: Tensor, cond: Optional[Tensor] = None) -> None:
         """Folds one step's observation (and condition, for the conditional
         traces) into a new state and records it."""
-        if torch.jit.is_scripting():
-            self._script_forward(obs, cond)
-        elif torch.compiler.is_compiling():
-            # torch.compile / torch.export: a call_torchbind in the graph
-            self._script_forward(obs, cond)
-        elif cond is None:
-            self._handle.forward(obs)
-        else:
-            self._handle.forward(obs, cond)
-
-    def _script_forward(self, obs: Tensor, cond: Optional[Tensor]) -> None:
+        # The same call in every world (torch.compile and torch.export record
+        # it as a call_torchbind).
         if cond is None:
             self.script_reducer.forward([obs])
         else:
@@ -280,17 +282,13 @@ class FoldReducer(nn.Module):
     @torch.jit.export
     def peek(self) -> Optional[Tensor]:
         """The newest state, ``None`` before the first step."""
-        if torch.jit.is_scripting():
-            return self.script_reducer.peek()
-        return self._handle.peek()
+        return self.script_reducer.peek()
 
     @torch.jit.export
     def dump(self) -> Optional[Tensor]:
         """All recorded states along dim 0, newest first (rows never written
         hold the fill value); ``None`` before the first step."""
-        if torch.jit.is_scripting():
-            return self.script_reducer.dump()
-        return self._handle.dump()
+        return self.script_reducer.dump()
 
     @torch.jit.export
     def view(
@@ -305,9 +303,7 @@ class FoldReducer(nn.Module):
         a step read that step exactly. ValueError outside
         ``[0, dt * (N - 1)]`` (widened by the tolerance).
         """
-        if torch.jit.is_scripting():
-            return self.script_reducer.view(time, tolerance)
-        return self._handle.view(time, float(tolerance))
+        return self.script_reducer.view(time, tolerance)
 
     def clear(self, keepshape: bool = False, **kwargs: Any) -> None:
         """Back to the initial state; ``keepshape`` keeps the history
@@ -317,7 +313,7 @@ class FoldReducer(nn.Module):
     @property
     def latest(self) -> Optional[Tensor]:
         """The newest state (``peek()``)."""
-        return self._handle.peek()
+        return self.script_reducer.peek()
 
     # -- time and history ------------------------------------------------
 
@@ -391,7 +387,6 @@ class FoldReducer(nn.Module):
         # Python, so carry its state and rebuild it.
         state = self.__dict__.copy()
         state["script_reducer"] = self.script_reducer.state()
-        state.pop("_handle", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -427,9 +422,9 @@ class FoldReducer(nn.Module):
             raise AttributeError(f"{type(self).__name__} takes no criterion")
         name, threshold, fn = _criterion_parts(value)
         if fn is None:
-            self._handle.set_builtin_criterion(name, threshold)
+            self.script_reducer.set_criterion(name, threshold)
         else:
-            self._handle.set_python_criterion(fn)
+            _C._set_python_criterion(self.script_reducer, fn)
         self._criterion = value
 
 

@@ -18,7 +18,7 @@ from typing import Iterable, List, Optional, Pattern, Sequence, Union
 
 import torch
 
-from . import _internals
+from . import _internals, _spellings
 from ._checks import strict_bool
 
 __all__ = ["watch", "Watch", "WATCH_EVENT", "NONFINITE_EVENT"]
@@ -41,7 +41,46 @@ def _observed_tensor(output):
     return None
 
 
-class _OutputHook:
+class _CopiedHook:
+    """What a watch's hook becomes in a copy of the model (``copy.deepcopy``,
+    ``pickle``, ``torch.save``): nothing. The copy (an EMA or teacher
+    model, a checkpoint) is not watched, so nothing it computes reaches the
+    original's windows; ``watch()`` the copy to watch it too."""
+
+    def __call__(self, *args: object) -> None:
+        return None
+
+    @property
+    def __name__(self) -> str:  # what torch.jit.script asks of a hook first
+        raise RuntimeError(
+            "torch.jit.script cannot compile the hooks of a model copied from a watched "
+            "model (torch_monitor.watch's hooks are Python); script the model before "
+            "watching it"
+        )
+
+
+class _WatchHook:
+    """A hook of a watch. A copy of the model gets a _CopiedHook in its
+    place, and torch.jit.script a clear error."""
+
+    def __deepcopy__(self, memo: dict) -> _CopiedHook:
+        return _CopiedHook()
+
+    def __reduce__(self) -> tuple:
+        return (_CopiedHook, ())
+
+    @property
+    def __name__(self) -> str:  # what torch.jit.script asks of a hook first
+        raise RuntimeError(
+            "torch.jit.script cannot compile torch_monitor.watch's hooks (they are "
+            "Python): script the model first, then watch the scripted module, "
+            "watch(torch.jit.script(model), optimizer) (its gradients, weights and "
+            "updates; a scripted module takes no Python forward hooks, so not its "
+            "outputs), or remove() the watch before scripting"
+        )
+
+
+class _OutputHook(_WatchHook):
     """Forward hook of one module: observes its output and, in backward,
     the gradient flowing into it. Traced by torch.compile into the graph."""
 
@@ -62,7 +101,7 @@ class _OutputHook:
         return None
 
 
-class _GradHook:
+class _GradHook(_WatchHook):
     """Tensor hook: observes the gradient it is called with."""
 
     def __init__(self, watch: "Watch", key: int):
@@ -80,7 +119,7 @@ class Watch:
     windows their statistics. ``remove()`` (or leaving a ``with`` block)
     logs the open window and removes every hook."""
 
-    def __init__(self, recorder, keys: List[str]):
+    def __init__(self, recorder: "_spellings.Watch", keys: List[str]):
         self._recorder = recorder
         self._keys = keys
         self._id = recorder.id()
@@ -267,6 +306,12 @@ def watch(
     what = [what] if isinstance(what, str) else list(what) if isinstance(what, Iterable) else None
     if what is None or not all(isinstance(kind, str) for kind in what):
         raise TypeError(f"watch: what must be a kind or a sequence of kinds among {_KINDS}, got {what!r}")
+    if isinstance(model, torch.jit.ScriptModule) and {"output", "output_grad"} & set(what):
+        raise ValueError(
+            'watch: "output" and "output_grad" are observed by forward hooks, which a '
+            "ScriptModule does not run; watch the eager model (torch.compile keeps the "
+            'hooks), or watch "grad", "weight" and "update" of the scripted one'
+        )
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(
             f"watch: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
@@ -343,7 +388,7 @@ def watch(
 
     first = next(iter(model.parameters()), None)
     device = first.device if first is not None else torch.device("cpu")
-    recorder = torch.classes.torch_monitor.Watch(
+    recorder = _spellings.Watch(
         key_paths,
         key_kinds,
         window_steps,

@@ -88,13 +88,26 @@ torch::jit::Object newObject(
   return object;
 }
 
-// The custom-class object a face (or a plain torch.ScriptObject) wraps;
-// nullptr for any other value.
+} // namespace
+
 const c10::ivalue::Object* wrappedObject(py::handle obj) {
   if (!py::isinstance<torch::jit::Object>(obj)) {
     return nullptr;
   }
   return obj.cast<const torch::jit::Object&>()._ivalue().get();
+}
+
+namespace {
+
+// The C++ object (custom-class holder) in the one slot of what `obj`
+// wraps; nullptr for anything else.
+const void* wrappedHolder(py::handle obj) {
+  const c10::ivalue::Object* object = wrappedObject(obj);
+  if (object == nullptr || object->slots().size() != 1 ||
+      !object->slots()[0].isCapsule()) {
+    return nullptr;
+  }
+  return object->slots()[0].toCapsule().get();
 }
 
 } // namespace
@@ -139,31 +152,33 @@ void initFaces(py::module_& m) {
           py::arg("kwargs"),
           "Calls the TorchScript method `name` (warnings become Python "
           "RuntimeWarnings; the GIL is released while it runs)")
-      // A face is the object it wraps: equal, and hashed, by that object (a
-      // face and the torch.ScriptObject read back from a scripted module are
-      // equal; PyTorch 2 compares the objects it lifts into a graph).
+      // A face is the C++ object it wraps: equal, and hashed, by that
+      // object (a face and the torch.ScriptObject read back from a scripted
+      // module, or returned by a method such as a monitor's reducer(), are
+      // equal, though each such read makes a new TorchScript object around
+      // it; PyTorch 2 compares the objects it lifts into a graph).
       .def(
           "__eq__",
           [](py::handle self, py::handle other) -> py::object {
-            const c10::ivalue::Object* theirs = wrappedObject(other);
+            const void* theirs = wrappedHolder(other);
             if (theirs == nullptr) {
               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
             }
-            return py::bool_(wrappedObject(self) == theirs);
+            return py::bool_(wrappedHolder(self) == theirs);
           })
       .def(
           "__ne__",
           [](py::handle self, py::handle other) -> py::object {
-            const c10::ivalue::Object* theirs = wrappedObject(other);
+            const void* theirs = wrappedHolder(other);
             if (theirs == nullptr) {
               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
             }
-            return py::bool_(wrappedObject(self) != theirs);
+            return py::bool_(wrappedHolder(self) != theirs);
           })
       .def(
           "__hash__",
           [](py::handle self) {
-            return std::hash<const void*>{}(wrappedObject(self));
+            return std::hash<const void*>{}(wrappedHolder(self));
           })
       // Shadows torch.ScriptObject's, whose pybind11 pickle support would
       // construct the object again and terminate the process; faces pickle

@@ -13,12 +13,17 @@
 
 #include <pybind11/pybind11.h>
 #include <torch/csrc/jit/api/object.h>
+#include <torch/custom_class.h>
 
 #include "internals.h"
 
 namespace torch_monitor::python {
 
 namespace py = pybind11;
+
+// The custom-class object a face (or a plain torch.ScriptObject) wraps;
+// nullptr for any other value.
+const c10::ivalue::Object* wrappedObject(py::handle obj);
 
 // Thread safety: as the wrapped object; the Python object itself is used
 // with the GIL held.
@@ -45,6 +50,23 @@ inline Face* faceOf(PyObject* obj) {
     return nullptr;
   }
   return static_cast<Face*>(face);
+}
+
+// The custom-class object of type T that `obj` wraps: a face or a plain
+// torch.ScriptObject of that class. TypeError naming `what` for anything
+// else (another class's object included: a static cast would be undefined).
+template <typename T>
+c10::intrusive_ptr<T> scriptObjectOf(py::handle obj, const char* what) {
+  const c10::ClassTypePtr expected =
+      c10::getCustomClassType<c10::intrusive_ptr<T>>();
+  const c10::ivalue::Object* object = wrappedObject(obj);
+  if (object == nullptr || object->type() != expected) {
+    throw py::type_error(
+        std::string(what) + " must be a " + expected->repr_str() + ", got " +
+        Py_TYPE(obj.ptr())->tp_name);
+  }
+  return c10::IValue(obj.cast<const torch::jit::Object&>()._ivalue())
+      .toCustomClass<T>();
 }
 
 // Gives a face class the policy every face follows: cls.__new__(cls, ...)

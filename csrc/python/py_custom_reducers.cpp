@@ -3,13 +3,15 @@
 //
 // * A subclass that defines fold() / interpolate() keeps a C++ FoldReducer
 //   (history, view, thread safety) whose fold calls the Python method:
-//   ReducerHandle.set_python_fold (py_reducers.cpp) installs it.
+//   _set_python_fold installs it (as _set_python_criterion installs a Python
+//   criterion), onto the reducer object's C++ setters.
 // * A subclass that overrides forward() (or a reducer with forward hooks)
 //   must be called as a module: _python_reducer() wraps the Python object in
 //   a C++ Reducer that does so, and the monitor feeds that instead of the
 //   C++ reducer. torch_monitor.reducers decides which one a monitor gets, so
 //   built-in reducers keep the direct C++ path.
 
+#include "face.h"
 #include "py_common.h"
 
 #include <memory>
@@ -21,6 +23,8 @@
 #include <torch/csrc/jit/api/object.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <torch_monitor/reducers/criterion.h>
+#include <torch_monitor/reducers/fold_reducer.h>
 #include <torch_monitor/reducers/reducer.h>
 #include <torch_monitor/script/reducer.h>
 
@@ -45,6 +49,78 @@ py::object wrap(const at::Tensor& t) {
   return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
 }
 
+at::Tensor tensorFrom(const py::object& value, const std::string& what) {
+  if (!THPVariable_Check(value.ptr())) {
+    throw py::type_error(
+        what + " must be a torch.Tensor, got " + Py_TYPE(value.ptr())->tp_name);
+  }
+  return THPVariable_Unpack(value.ptr());
+}
+
+FoldReducer& foldOf(py::handle reducer) {
+  return scriptObjectOf<script::ScriptReducer>(reducer, "reducer")->fold();
+}
+
+// A Python callable (tensor -> bool tensor) as `reducer`'s criterion. It
+// runs with the GIL, also when scripted code calls forward.
+void setPythonCriterion(py::handle reducer, py::object fn) {
+  FoldReducer& fold = foldOf(reducer);
+  if (!PyCallable_Check(fn.ptr())) {
+    throw py::type_error(
+        std::string("a criterion must be callable, got ") +
+        Py_TYPE(fn.ptr())->tp_name);
+  }
+  const std::string description = py::repr(fn).cast<std::string>();
+  auto callable = std::make_shared<PyRef>(std::move(fn));
+  fold.setCriterion(Criterion::custom(
+      [callable](const at::Tensor& x) -> at::Tensor {
+        py::gil_scoped_acquire gil;
+        return tensorFrom(
+            callable->get()(wrap(x)), "a criterion's result (a bool tensor)");
+      },
+      description));
+}
+
+// `fold(inputs, state)` (a list of tensors and the previous state or None)
+// and `interpolate(prev, next, sample_at, step_time)` (or None for the
+// kind's) replace the kind's: a Python reducer subclass's own methods. They
+// run with the GIL, also when scripted code calls forward.
+void setPythonFold(
+    py::handle reducer,
+    py::object fold,
+    py::object interpolate,
+    std::string description) {
+  FoldReducer& target = foldOf(reducer);
+  auto foldFn = std::make_shared<PyRef>(std::move(fold));
+  auto custom = std::make_shared<FoldReducer::CustomFold>();
+  custom->description = description;
+  custom->fold = [foldFn, description](
+                     const std::vector<at::Tensor>& inputs,
+                     const std::optional<at::Tensor>& state) {
+    py::gil_scoped_acquire gil;
+    py::list args;
+    for (const at::Tensor& x : inputs) {
+      args.append(wrap(x));
+    }
+    py::object previous = state ? wrap(*state) : py::none();
+    return tensorFrom(foldFn->get()(args, previous), description + ".fold's result");
+  };
+  if (!interpolate.is_none()) {
+    auto interpolateFn = std::make_shared<PyRef>(std::move(interpolate));
+    custom->interpolate = [interpolateFn, description](
+                              const at::Tensor& prev,
+                              const at::Tensor& next,
+                              const at::Tensor& sampleAt,
+                              double stepTime) {
+      py::gil_scoped_acquire gil;
+      return tensorFrom(
+          interpolateFn->get()(wrap(prev), wrap(next), wrap(sampleAt), stepTime),
+          description + ".interpolate's result");
+    };
+  }
+  target.setCustomFold(std::move(custom));
+}
+
 // A torch_monitor reducer (an nn.Module) fed through Python: forward() is
 // `reducer(*inputs)`, so an overridden forward and forward hooks run as in
 // inferno; the reading methods call the reducer's own.
@@ -66,6 +142,9 @@ class PythonReducer final : public Reducer {
   std::optional<at::Tensor> peek() const override {
     py::gil_scoped_acquire gil;
     return optionalTensor(reducer_->get().attr("peek")(), "peek");
+  }
+  const py::object& module() const noexcept {
+    return reducer_->get();
   }
   std::optional<at::Tensor> dump() const override {
     py::gil_scoped_acquire gil;
@@ -90,6 +169,22 @@ class PythonReducer final : public Reducer {
 
 void initCustomReducers(py::module_& m) {
   m.def(
+      "_set_python_criterion",
+      &setPythonCriterion,
+      py::arg("reducer"),
+      py::arg("fn"),
+      "makes a Python callable (tensor -> bool tensor) the criterion of a "
+      "torch.classes.torch_monitor.Reducer");
+  m.def(
+      "_set_python_fold",
+      &setPythonFold,
+      py::arg("reducer"),
+      py::arg("fold"),
+      py::arg("interpolate"),
+      py::arg("description"),
+      "makes a Python reducer's fold(inputs, state) and interpolate (or None) "
+      "those of a torch.classes.torch_monitor.Reducer");
+  m.def(
       "_python_reducer",
       [](py::object reducer) {
         return torch::jit::Object(
@@ -101,6 +196,17 @@ void initCustomReducers(py::module_& m) {
       "a torch.classes.torch_monitor.Reducer whose forward calls "
       "reducer(*inputs) in Python (for reducers whose forward is overridden "
       "or hooked); it cannot be saved");
+  m.def(
+      "_python_reducer_module",
+      [](py::handle reducer) -> py::object {
+        const auto* python = dynamic_cast<const PythonReducer*>(
+            scriptObjectOf<script::ScriptReducer>(reducer, "reducer")
+                ->reducer()
+                .get());
+        return python == nullptr ? py::none() : python->module();
+      },
+      py::arg("reducer"),
+      "the reducer module a _python_reducer() object calls, else None");
 }
 
 } // namespace torch_monitor::python

@@ -1,12 +1,16 @@
-// Python face of the monitors: torch_monitor._C.DifferenceMonitorCore, a
-// torch.ScriptObject around torch.classes.torch_monitor.DifferenceMonitor,
-// and the C functions that the generated eager hooks call.
+// What the monitors' Python face needs beyond its schema: the hot paths and
+// the Python callables.
 //
-// A monitored module holds the core object as an attribute. Its hooks are
-// generated Python functions (torch_monitor/monitors.py) so TorchScript can
-// compile them; when not scripting they make one call into this file, which
-// reads the module's mode, resolves the attribute path, converts the value
-// and runs DifferenceMonitor::before/after, all in C++.
+// The monitor object is the face of torch.classes.torch_monitor.DifferenceMonitor
+// (made by torch_monitor/_faces.py like every face). A monitored module
+// holds it as an attribute. Its hooks are generated Python functions
+// (torch_monitor/monitors.py) so TorchScript can compile them; when not
+// scripting they make one call into this file, which reads the module's
+// mode, resolves the attribute path, converts the value and runs
+// DifferenceMonitor::before/after, all in C++ (the eager hooks, and the
+// face's own before/after/observe, installed over the derived ones). The
+// Python filter_/map_/op_ are set on the C++ monitor after construction
+// (_set_monitor_callables) and read back from it.
 
 #include "face.h"
 #include "py_common.h"
@@ -27,10 +31,6 @@ namespace torch_monitor::python {
 namespace {
 
 using script::ScriptDifferenceMonitor;
-using script::ScriptReducer;
-
-constexpr const char* kReducerClass =
-    "__torch__.torch.classes.torch_monitor.Reducer";
 
 // An attribute value with no IValue equivalent (a dict, a custom object),
 // carried through the monitor to the Python filter_/map_/op_ unchanged. It
@@ -193,23 +193,42 @@ at::Tensor tensorFromResult(
 
 // Each wrapper takes the GIL itself: scripted forward() calls run without
 // it. A Python exception propagates as py::error_already_set, and the eager
-// hook re-raises the very exception.
-DifferenceMonitor::Filter wrapFilter(std::shared_ptr<PyRef> fn) {
-  return [fn](const c10::IValue& post, const c10::IValue& pre) {
+// hook re-raises the very exception. Each keeps the callable it was made
+// from, which _monitor_callables reads back (std::function::target).
+// A one-hook monitor's (InputMonitor, ...) filter_ and map_ take the one
+// value observed, as in inferno; a DifferenceMonitor's take (post, pre).
+
+// The callable's arguments: (value) or (post, pre).
+py::tuple callArguments(bool observed, const c10::IValue& post, const c10::IValue& pre) {
+  if (observed) {
+    return py::make_tuple(valueToPython(post));
+  }
+  return py::make_tuple(valueToPython(post), valueToPython(pre));
+}
+
+struct PythonFilter {
+  std::shared_ptr<PyRef> fn;
+  bool observed; // a one-hook monitor's: fn(value)
+  bool operator()(const c10::IValue& post, const c10::IValue& pre) const {
     py::gil_scoped_acquire gil;
-    py::object result = fn->get()(valueToPython(post), valueToPython(pre));
+    py::object result = fn->get()(*callArguments(observed, post, pre));
     const int truth = PyObject_IsTrue(result.ptr());
     if (truth < 0) {
       throw py::error_already_set();
     }
     return truth == 1;
-  };
-}
+  }
+};
 
-DifferenceMonitor::Map wrapMap(std::shared_ptr<PyRef> fn, std::string name) {
-  return [fn, name](const c10::IValue& post, const c10::IValue& pre) {
+struct PythonMap {
+  std::shared_ptr<PyRef> fn;
+  bool observed; // a one-hook monitor's: fn(value)
+  std::string name; // the monitor's, for errors
+  std::vector<at::Tensor> operator()(
+      const c10::IValue& post,
+      const c10::IValue& pre) const {
     py::gil_scoped_acquire gil;
-    py::object result = fn->get()(valueToPython(post), valueToPython(pre));
+    py::object result = fn->get()(*callArguments(observed, post, pre));
     const std::string where = "DifferenceMonitor '" + name + "'";
     TORCH_CHECK_TYPE(
         PyTuple_Check(result.ptr()) || PyList_Check(result.ptr()),
@@ -222,18 +241,27 @@ DifferenceMonitor::Map wrapMap(std::shared_ptr<PyRef> fn, std::string name) {
       inputs.push_back(tensorFromResult(item, "every element map_ returns", where));
     }
     return inputs;
-  };
-}
+  }
+};
 
-DifferenceMonitor::Op wrapOp(std::shared_ptr<PyRef> fn, std::string name) {
-  return [fn, name](const at::Tensor& post, const at::Tensor& pre) {
+struct PythonOp {
+  std::shared_ptr<PyRef> fn;
+  std::string name; // the monitor's, for errors
+  at::Tensor operator()(const at::Tensor& post, const at::Tensor& pre) const {
     py::gil_scoped_acquire gil;
     py::object result = fn->get()(
         py::reinterpret_steal<py::object>(THPVariable_Wrap(post)),
         py::reinterpret_steal<py::object>(THPVariable_Wrap(pre)));
     return tensorFromResult(
         result, "op_'s result", "DifferenceMonitor '" + name + "'");
-  };
+  }
+};
+
+// The Python callable a wrapper was made from, or None.
+template <class Wrapper, class Function>
+py::object callableOf(const Function& function) {
+  const Wrapper* wrapper = function.template target<Wrapper>();
+  return wrapper == nullptr ? py::none() : wrapper->fn->get();
 }
 
 py::object checkedCallable(py::object fn, const char* argName) {
@@ -250,133 +278,31 @@ py::object checkedCallable(py::object fn, const char* argName) {
 
 // -------------------------------------------------------------- the object
 
-// The Python face of a difference monitor: a Face (so torch.jit.script
-// accepts it as a module attribute of type
-// torch.classes.torch_monitor.DifferenceMonitor and scripted hooks reach the
-// same C++ monitor) that also keeps what the eager hooks need: the path
-// split into interned strings and the Python callables.
-// Thread safety: as DifferenceMonitor (none); Python calls hold the GIL.
-struct PyDifferenceMonitor : Face {
-  PyDifferenceMonitor(
-      const c10::intrusive_ptr<ScriptDifferenceMonitor>& object,
-      py::object reducer_,
-      const std::string& path,
-      py::object filter_,
-      py::object map_,
-      py::object op_)
-      : Face(torch::jit::Object(c10::IValue(object).toObject())),
-        reducer(std::move(reducer_)),
-        filter(checkedCallable(std::move(filter_), "filter_")),
-        map(checkedCallable(std::move(map_), "map_")),
-        op(checkedCallable(std::move(op_), "op_")) {
-    // ValueError for an empty path or part, with AttributePath's message.
-    const nn::AttributePath parsed(path);
-    for (const std::string& part : parsed.parts()) {
-      PyObject* interned = PyUnicode_InternFromString(part.c_str());
-      if (interned == nullptr) {
-        throw py::error_already_set();
-      }
-      parts.push_back(py::reinterpret_steal<py::object>(interned));
-    }
-    const std::string& name = monitor()->name();
-    if (!filter.is_none()) {
-      monitor()->setFilter(
-          wrapFilter(std::make_shared<PyRef>(filter)));
-    }
-    if (!map.is_none()) {
-      monitor()->setMap(wrapMap(std::make_shared<PyRef>(map), name));
-    }
-    if (!op.is_none()) {
-      monitor()->setOp(wrapOp(std::make_shared<PyRef>(op), name));
-    }
-  }
-
-  ScriptDifferenceMonitor& script() const noexcept {
-    return *holder<ScriptDifferenceMonitor>();
-  }
-
-  // The C++ monitor: two pointer reads (the face caches the custom-class
-  // object), cheap enough for the hooks.
-  DifferenceMonitor* monitor() const noexcept {
-    return &script().monitor();
-  }
-
-  // The reducer as given: a torch_monitor reducer (an nn.Module) or its
-  // ScriptObject. Deep copies copy it through the memo, so copying a monitor
-  // along with the reducer object shares one copy.
-  py::object reducer;
-  std::vector<py::object> parts; // the attribute path, interned
-  py::object filter;
-  py::object map;
-  py::object op;
-};
-
-PyTypeObject* gMonitorType = nullptr; // DifferenceMonitorCore
+PyTypeObject* gMonitorType = nullptr; // the face class of DifferenceMonitor
 PyTypeObject* gModuleType = nullptr; // torch.nn.Module
 PyObject* gTrainingKey = nullptr;
 
-// The torch.classes.torch_monitor.Reducer of `reducer`: the object itself, or
-// what a Python reducer (torch_monitor.reducers) says a monitor feeds: its
-// `script_reducer`, or a reducer calling it in Python when its forward is
-// overridden or hooked.
-c10::IValue scriptReducerFrom(const py::handle& given) {
-  py::object reducer = py::reinterpret_borrow<py::object>(given);
-  if (py::hasattr(given, "_monitor_feed")) {
-    reducer = given.attr("_monitor_feed")();
-  }
-  const auto fail = [&]() {
-    return py::type_error(
-        "reducer must be a torch_monitor reducer (e.g. "
-        "torch_monitor.PassthroughReducer(1.0)) or its "
-        "torch.classes.torch_monitor.Reducer object, got " +
-        std::string(Py_TYPE(given.ptr())->tp_name) +
-        " (inferno's reducers are Python objects that the C++ monitor "
-        "cannot feed)");
-  };
-  torch::jit::Object object;
-  try {
-    object = reducer.cast<torch::jit::Object>();
-  } catch (const py::cast_error&) {
-    throw fail();
-  }
-  const auto& type = object.type();
-  if (!type->name() || type->name()->qualifiedName() != kReducerClass) {
-    throw fail();
-  }
-  return c10::IValue(object._ivalue());
+// The C++ monitor of a monitor face (the face caches the custom-class
+// object: two pointer reads, cheap enough for the hooks); nullptr with a
+// TypeError set for one never initialised.
+DifferenceMonitor* monitorOf(PyObject* face) {
+  Face* f = faceOf(face);
+  return f == nullptr ? nullptr : &f->holder<ScriptDifferenceMonitor>()->monitor();
 }
 
-std::unique_ptr<PyDifferenceMonitor> makeMonitor(
-    py::object reducer,
-    const std::string& name,
-    bool trainUpdate,
-    bool evalUpdate,
-    bool keepGraph,
-    std::string kind,
-    py::object filter,
-    py::object map,
-    py::object op) {
-  auto object = c10::make_intrusive<ScriptDifferenceMonitor>(
-      scriptReducerFrom(reducer),
-      name,
-      trainUpdate,
-      evalUpdate,
-      keepGraph,
-      std::move(kind));
-  return std::make_unique<PyDifferenceMonitor>(
-      object,
-      std::move(reducer),
-      name,
-      std::move(filter),
-      std::move(map),
-      std::move(op));
+DifferenceMonitor& monitorOf(py::handle face) {
+  return scriptObjectOf<ScriptDifferenceMonitor>(face, "monitor")->monitor();
 }
 
-// The C++ object of a DifferenceMonitorCore (as faceOf: nullptr with a
-// TypeError set for one never initialised).
-PyDifferenceMonitor* unwrap(PyObject* obj) {
-  return static_cast<PyDifferenceMonitor*>(faceOf(obj));
-}
+// What the eager hooks of one monitor are bound to: the module attribute
+// that holds the monitor (so a deep copy of the module reaches its own copy
+// of the monitor) and the monitor's attribute path, split and interned once.
+// Thread safety: immutable; used with the GIL held.
+struct HookBinding {
+  py::object key;
+  std::string path;
+  std::vector<py::object> parts;
+};
 
 // ---------------------------------------------------- attribute resolution
 
@@ -397,7 +323,7 @@ PyObject* getComponent(PyObject* obj, PyObject* name) {
 // and the part that is missing (the original stays as __cause__).
 void raiseMissing(
     PyObject* module,
-    const PyDifferenceMonitor& self,
+    const HookBinding& self,
     size_t missing,
     PyObject* owner) {
   PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
@@ -412,7 +338,7 @@ void raiseMissing(
     where = "'" + where + "' (" + Py_TYPE(owner)->tp_name + ")";
   }
   const std::string message = "DifferenceMonitor attribute path '" +
-      self.monitor()->name() + "' does not resolve on " +
+      self.path + "' does not resolve on " +
       Py_TYPE(module)->tp_name + ": " + where + " has no attribute '" +
       py::str(self.parts[missing]).cast<std::string>() +
       "'. Check the path (parts are joined by dots and resolved at every "
@@ -441,7 +367,7 @@ void raiseMissing(
 
 // The value at the monitor's path on `module`: a new reference, or nullptr
 // with an AttributeError naming the path.
-PyObject* resolvePath(PyObject* module, const PyDifferenceMonitor& self) {
+PyObject* resolvePath(PyObject* module, const HookBinding& self) {
   PyObject* current = module;
   Py_INCREF(current);
   for (size_t i = 0; i < self.parts.size(); ++i) {
@@ -477,10 +403,16 @@ int trainingOf(PyObject* module, PyObject* dict) {
   return truth;
 }
 
-// The body of the eager hooks: `key` names the module attribute that holds
-// the monitor (bound as the C function's self, so a deep copy of the module
-// reaches its own copy of the monitor).
-PyObject* runEagerHook(PyObject* key, PyObject* module, bool isBefore) {
+constexpr const char* kBindingCapsule = "torch_monitor hook binding";
+
+// The body of the eager hooks, bound to a capsule of their HookBinding.
+PyObject* runEagerHook(PyObject* capsule, PyObject* module, bool isBefore) {
+  const auto* binding = static_cast<const HookBinding*>(
+      PyCapsule_GetPointer(capsule, kBindingCapsule));
+  if (binding == nullptr) {
+    return nullptr;
+  }
+  PyObject* key = binding->key.ptr();
   PyObject* dict = PyObject_GenericGetDict(module, nullptr);
   if (dict == nullptr) {
     return nullptr;
@@ -502,19 +434,19 @@ PyObject* runEagerHook(PyObject* key, PyObject* module, bool isBefore) {
   Py_INCREF(core); // a Python filter_ could delete the attribute meanwhile
   const int training = trainingOf(module, dict);
   Py_DECREF(dict);
-  PyDifferenceMonitor* self = training < 0 ? nullptr : unwrap(core);
+  DifferenceMonitor* monitor = training < 0 ? nullptr : monitorOf(core);
   PyObject* result = nullptr;
-  if (self == nullptr) {
+  if (monitor == nullptr) {
     // error set
-  } else if (!self->monitor()->runsWhen(training == 1)) {
+  } else if (!monitor->runsWhen(training == 1)) {
     result = Py_NewRef(Py_None);
-  } else if (PyObject* value = resolvePath(module, *self)) {
+  } else if (PyObject* value = resolvePath(module, *binding)) {
     result = noneOrPythonError([&]() {
-      const c10::IValue v = valueFromPython(value, self->monitor()->name());
+      const c10::IValue v = valueFromPython(value, monitor->name());
       if (isBefore) {
-        self->monitor()->before(v, training == 1);
+        monitor->before(v, training == 1);
       } else {
-        self->monitor()->after(v, training == 1);
+        monitor->after(v, training == 1);
       }
     });
     Py_DECREF(value);
@@ -524,19 +456,19 @@ PyObject* runEagerHook(PyObject* key, PyObject* module, bool isBefore) {
 }
 
 // before_hook(module)
-PyObject* eagerBefore(PyObject* key, PyObject* module) {
-  return runEagerHook(key, module, true);
+PyObject* eagerBefore(PyObject* binding, PyObject* module) {
+  return runEagerHook(binding, module, true);
 }
 
 // after_hook(module[, output]): the output is not needed, but the generated
 // hook passes it so the call matches the hook's own arguments.
-PyObject* eagerAfter(PyObject* key, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* eagerAfter(PyObject* binding, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1 || nargs > 2) {
     PyErr_SetString(
         PyExc_TypeError, "the after hook takes (module[, output])");
     return nullptr;
   }
-  return runEagerHook(key, args[0], false);
+  return runEagerHook(binding, args[0], false);
 }
 
 PyMethodDef gEagerBeforeDef = {
@@ -614,35 +546,75 @@ PyObject* fastCall(
   if (training < 0) {
     return nullptr;
   }
-  PyDifferenceMonitor* self = unwrap(obj);
-  if (self == nullptr) {
+  DifferenceMonitor* monitor = monitorOf(obj);
+  if (monitor == nullptr) {
     return nullptr;
   }
   return noneOrPythonError([&]() {
-    const c10::IValue v = valueFromPython(given[0], self->monitor()->name());
+    const c10::IValue v = valueFromPython(given[0], monitor->name());
     if (Which == Hook::Before) {
-      self->monitor()->before(v, training == 1);
+      monitor->before(v, training == 1);
     } else if (Which == Hook::After) {
-      self->monitor()->after(v, training == 1);
+      monitor->after(v, training == 1);
     } else {
-      self->monitor()->observe(v, training == 1);
+      monitor->observe(v, training == 1);
     }
   });
 }
 
-std::unique_ptr<PyDifferenceMonitor> copyOf(
-    const PyDifferenceMonitor& self,
-    py::object reducer) {
-  return makeMonitor(
-      std::move(reducer),
-      self.monitor()->name(),
-      self.monitor()->trainUpdate(),
-      self.monitor()->evalUpdate(),
-      self.monitor()->keepGraph(),
-      self.script().kind(),
-      self.filter,
-      self.map,
-      self.op);
+// The HookBinding of the eager hooks of the monitor of attribute path
+// `path` held in the module attribute `key`, as a capsule.
+py::object hookBinding(py::str key, const std::string& path) {
+  auto binding = std::make_unique<HookBinding>();
+  binding->key = std::move(key);
+  binding->path = path;
+  // ValueError for an empty path or part, with AttributePath's message.
+  const nn::AttributePath parsed(path);
+  for (const std::string& part : parsed.parts()) {
+    PyObject* interned = PyUnicode_InternFromString(part.c_str());
+    if (interned == nullptr) {
+      throw py::error_already_set();
+    }
+    binding->parts.push_back(py::reinterpret_steal<py::object>(interned));
+  }
+  PyObject* capsule = PyCapsule_New(binding.get(), kBindingCapsule, [](PyObject* c) {
+    delete static_cast<HookBinding*>(PyCapsule_GetPointer(c, kBindingCapsule));
+  });
+  if (capsule == nullptr) {
+    throw py::error_already_set();
+  }
+  binding.release(); // the capsule owns it
+  return py::reinterpret_steal<py::object>(capsule);
+}
+
+// Sets the Python callables of a monitor (None: the default).
+void setMonitorCallables(
+    py::handle face,
+    py::object filter,
+    py::object map,
+    py::object op) {
+  const auto script = scriptObjectOf<ScriptDifferenceMonitor>(face, "monitor");
+  DifferenceMonitor& monitor = script->monitor();
+  const std::string& name = monitor.name();
+  const bool observed = script->kind() != ScriptDifferenceMonitor::kDefaultKind;
+  // (Python-written monitors, kind "Monitor", call their own methods.)
+  TORCH_CHECK_VALUE(
+      !observed || op.is_none(),
+      "op_ is a DifferenceMonitor's (how after and before differ); a ",
+      script->kind(),
+      " takes filter_ and map_ only");
+  filter = checkedCallable(std::move(filter), "filter_");
+  map = checkedCallable(std::move(map), "map_");
+  op = checkedCallable(std::move(op), "op_");
+  monitor.setFilter(
+      filter.is_none() ? DifferenceMonitor::Filter()
+                       : PythonFilter{std::make_shared<PyRef>(filter), observed});
+  monitor.setMap(
+      map.is_none() ? DifferenceMonitor::Map()
+                    : PythonMap{std::make_shared<PyRef>(map), observed, name});
+  monitor.setOp(
+      op.is_none() ? DifferenceMonitor::Op()
+                   : PythonOp{std::make_shared<PyRef>(op), name});
 }
 
 // How a thread holding the GIL waits for a reducer's or monitor's lock: the
@@ -662,116 +634,6 @@ void waitReleasingGil(std::recursive_mutex& mutex) {
 
 void initMonitors(py::module_& m) {
   torch_monitor::detail::setBlockingWait(&waitReleasingGil);
-  using Self = PyDifferenceMonitor;
-  auto cls =
-      py::class_<Self, Face>(
-          m,
-          "DifferenceMonitorCore",
-          "DifferenceMonitorCore(reducer, name, train_update=True, "
-          "eval_update=True, keep_graph=False, kind='DifferenceMonitor', *, "
-          "filter_=None, map_=None, op_=None): the C++ "
-          "state of a DifferenceMonitor, a "
-          "torch.classes.torch_monitor.DifferenceMonitor object (the "
-          "TorchScript constructor's arguments, then the Python callables "
-          "TorchScript cannot hold). "
-          "torch_monitor.DifferenceMonitor stores it on the monitored module; "
-          "use that class.")
-          .def(
-              py::init(&makeMonitor),
-              py::arg("reducer"),
-              py::arg("name"),
-              py::arg("train_update") = true,
-              py::arg("eval_update") = true,
-              py::arg("keep_graph") = false,
-              py::arg("kind") = ScriptDifferenceMonitor::kDefaultKind,
-              py::kw_only(),
-              py::arg("filter_") = py::none(),
-              py::arg("map_") = py::none(),
-              py::arg("op_") = py::none())
-          // The Python callables as given (TorchScript cannot hold them):
-          // the Python monitor reads them back, and copies take them along.
-          // Every TorchScript method (kind(), name(), train_update(),
-          // reducer(), peek(), ...) comes from the schema
-          // (_faces.forward_script_methods), as in a scripted model.
-          .def_readonly("filter_", &Self::filter)
-          .def_readonly("map_", &Self::map)
-          .def_readonly("op_", &Self::op)
-          // Pickled like torch.jit.save pickles the class (refused with
-          // Python callables), through __reduce_ex__ so that every protocol
-          // works: protocols 0 and 1 would otherwise rebuild the object
-          // with object.__new__, which aborts the process for a pybind11
-          // class, and torch.ScriptObject's own pickling would rebuild a
-          // plain ScriptObject.
-          .def(
-              "__reduce_ex__",
-              [](const Self& self, int /*protocol*/) {
-                auto [version, name, train, eval, reducer, keepGraph, kind] =
-                    self.script().state();
-                // The reducer as given (the torch_monitor reducer module,
-                // which pickles with every protocol), not its ScriptObject:
-                // torch.ScriptObject aborts under protocols 0 and 1.
-                py::tuple state = py::make_tuple(
-                    version, name, train, eval, self.reducer, keepGraph, kind);
-                return py::make_tuple(
-                    py::module_::import("torch_monitor._C")
-                        .attr("_difference_monitor_core_from_state"),
-                    py::make_tuple(state));
-              })
-          // A copy is a new monitor with the same configuration and
-          // callables; a shallow copy feeds the same reducer, a deep copy a
-          // deep copy of it (through `memo`, so copying a module together
-          // with its Python reducer object shares one reducer copy).
-          .def(
-              "__copy__",
-              [](const Self& self) { return copyOf(self, self.reducer); })
-          .def(
-              "__deepcopy__",
-              [](const Self& self, py::dict memo) {
-                py::object reducer =
-                    py::module_::import("copy").attr("deepcopy")(
-                        self.reducer, memo);
-                return copyOf(self, std::move(reducer));
-              })
-          .def("__repr__", [](const Self& self) {
-            return "DifferenceMonitorCore(name=" +
-                py::repr(py::str(self.monitor()->name())).cast<std::string>() +
-                ", train_update=" +
-                (self.monitor()->trainUpdate() ? "True" : "False") +
-                ", eval_update=" +
-                (self.monitor()->evalUpdate() ? "True" : "False") + ")";
-          });
-
-  static PyMethodDef beforeDef = {
-      "before",
-      reinterpret_cast<PyCFunction>(
-          reinterpret_cast<void (*)()>(&fastCall<Hook::Before>)),
-      METH_FASTCALL | METH_KEYWORDS,
-      "before(value, training): captures the value (the pre-hook's part)"};
-  static PyMethodDef afterDef = {
-      "after",
-      reinterpret_cast<PyCFunction>(
-          reinterpret_cast<void (*)()>(&fastCall<Hook::After>)),
-      METH_FASTCALL | METH_KEYWORDS,
-      "after(value, training): feeds op(value, captured) to the reducer"};
-  static PyMethodDef observeDef = {
-      "observe",
-      reinterpret_cast<PyCFunction>(
-          reinterpret_cast<void (*)()>(&fastCall<Hook::Observe>)),
-      METH_FASTCALL | METH_KEYWORDS,
-      "observe(value, training): feeds map_(value) to the reducer (the hook "
-      "of InputMonitor, OutputMonitor, StateMonitor, MultiStateMonitor)"};
-  addRawMethod(cls, &beforeDef);
-  addRawMethod(cls, &afterDef);
-  addRawMethod(cls, &observeDef);
-
-  // As every face (an object made with __new__ alone read garbage in its
-  // slots: repr, ==, hash); pickling goes through __reduce_ex__, a factory.
-  hardenFaceClass(cls);
-  // Its TorchScript class: _faces.forward_script_methods gives it every
-  // method of that class it does not define, and _fake makes it traceable.
-  cls.attr("_script_class") = "DifferenceMonitor";
-  gMonitorType = reinterpret_cast<PyTypeObject*>(cls.ptr());
-
   gModuleType = reinterpret_cast<PyTypeObject*>(
       py::object(py::module_::import("torch.nn").attr("Module"))
           .release()
@@ -779,42 +641,85 @@ void initMonitors(py::module_& m) {
   gTrainingKey = PyUnicode_InternFromString("training");
 
   m.def(
+      "_install_monitor_calls",
+      [](py::handle cls) {
+        static PyMethodDef beforeDef = {
+            "before",
+            reinterpret_cast<PyCFunction>(
+                reinterpret_cast<void (*)()>(&fastCall<Hook::Before>)),
+            METH_FASTCALL | METH_KEYWORDS,
+            "before(value, training): captures the value (the pre-hook's part)"};
+        static PyMethodDef afterDef = {
+            "after",
+            reinterpret_cast<PyCFunction>(
+                reinterpret_cast<void (*)()>(&fastCall<Hook::After>)),
+            METH_FASTCALL | METH_KEYWORDS,
+            "after(value, training): feeds op(value, captured) to the reducer"};
+        static PyMethodDef observeDef = {
+            "observe",
+            reinterpret_cast<PyCFunction>(
+                reinterpret_cast<void (*)()>(&fastCall<Hook::Observe>)),
+            METH_FASTCALL | METH_KEYWORDS,
+            "observe(value, training): feeds map_(value) to the reducer (the "
+            "hook of InputMonitor, OutputMonitor, StateMonitor, "
+            "MultiStateMonitor)"};
+        addRawMethod(cls, &beforeDef);
+        addRawMethod(cls, &afterDef);
+        addRawMethod(cls, &observeDef);
+        // What the eager hooks find on a module is checked to be one.
+        gMonitorType = reinterpret_cast<PyTypeObject*>(cls.inc_ref().ptr());
+      },
+      py::arg("cls"),
+      "Gives the monitor's face its fast before/after/observe (the "
+      "TorchScript methods at METH_FASTCALL cost)");
+  m.def(
+      "_set_monitor_callables",
+      &setMonitorCallables,
+      py::arg("monitor"),
+      py::arg("filter_"),
+      py::arg("map_"),
+      py::arg("op_"),
+      "Sets a monitor's Python filter_/map_/op_ (None: the default), which "
+      "TorchScript cannot hold");
+  m.def(
+      "_keep_reducer_object",
+      [](py::handle face, py::handle reducer) {
+        scriptObjectOf<ScriptDifferenceMonitor>(face, "monitor")
+            ->keepReducerObject(
+                c10::IValue(reducer.cast<const torch::jit::Object&>()._ivalue()));
+      },
+      py::arg("monitor"),
+      py::arg("reducer"),
+      "Makes a monitor save the very Reducer object `reducer` (which holds "
+      "its reducer), so a module holding both shares one once loaded");
+  m.def(
+      "_monitor_callables",
+      [](py::handle face) {
+        const DifferenceMonitor& monitor = monitorOf(face);
+        return py::make_tuple(
+            callableOf<PythonFilter>(monitor.filter()),
+            callableOf<PythonMap>(monitor.map()),
+            callableOf<PythonOp>(monitor.op()));
+      },
+      py::arg("monitor"),
+      "(filter_, map_, op_): the Python callables of a monitor, None for a "
+      "default");
+  m.def(
       "_check_monitor_path",
-      [](py::handle core, py::handle module) {
-        PyDifferenceMonitor* self = unwrap(core.ptr());
-        PyObject* value = self == nullptr ? nullptr : resolvePath(module.ptr(), *self);
+      [](py::handle module, const std::string& path) {
+        const py::object capsule = hookBinding(py::str("unused"), path);
+        const auto* binding = static_cast<const HookBinding*>(
+            PyCapsule_GetPointer(capsule.ptr(), kBindingCapsule));
+        PyObject* value = resolvePath(module.ptr(), *binding);
         if (value == nullptr) {
           throw py::error_already_set();
         }
         Py_DECREF(value);
       },
-      py::arg("core"),
       py::arg("module"),
+      py::arg("path"),
       "Raises the AttributeError a forward would (naming the path and the "
-      "missing part) when the monitor's path does not resolve on `module`");
-  m.def(
-      "_difference_monitor_core_from_state",
-      [](const py::tuple& state) {
-        if (state.size() != 7 || !py::isinstance<py::int_>(state[0]) ||
-            state[0].cast<int64_t>() !=
-                ScriptDifferenceMonitor::kStateVersion) {
-          throw py::value_error(
-              "cannot unpickle a DifferenceMonitorCore of another "
-              "torch_monitor version; load it with the release that saved it");
-        }
-        return makeMonitor(
-            state[4],
-            state[1].cast<std::string>(),
-            state[2].cast<bool>(),
-            state[3].cast<bool>(),
-            state[5].cast<bool>(),
-            state[6].cast<std::string>(),
-            py::none(),
-            py::none(),
-            py::none());
-      },
-      py::arg("state"),
-      "rebuilds a pickled DifferenceMonitorCore");
+      "missing part) when the attribute path does not resolve on `module`");
 
   m.def(
       "_difference_default_map",
@@ -824,7 +729,7 @@ void initMonitors(py::module_& m) {
         const c10::IValue preValue = valueFromPython(pre.ptr(), name);
         DifferenceMonitor::Op opFn;
         if (!checkedCallable(op, "op_").is_none()) {
-          opFn = wrapOp(std::make_shared<PyRef>(op), name);
+          opFn = PythonOp{std::make_shared<PyRef>(op), name};
         }
         std::vector<at::Tensor> out;
         {
@@ -873,13 +778,17 @@ void initMonitors(py::module_& m) {
       "_difference_monitor_hooks",
       // The declared type names the pair in the stub: torch 2.13's pybind11
       // (3.0.4) infers it from make_tuple, torch 2.11's (3.0.1) only "tuple".
-      [](py::str key) -> py::typing::Tuple<py::object, py::object> {
-        PyObject* before = PyCFunction_NewEx(&gEagerBeforeDef, key.ptr(), nullptr);
+      [](py::str key, const std::string& path)
+          -> py::typing::Tuple<py::object, py::object> {
+        const py::object binding = hookBinding(std::move(key), path);
+        PyObject* before =
+            PyCFunction_NewEx(&gEagerBeforeDef, binding.ptr(), nullptr);
         if (before == nullptr) {
           throw py::error_already_set();
         }
         py::object beforeFn = py::reinterpret_steal<py::object>(before);
-        PyObject* after = PyCFunction_NewEx(&gEagerAfterDef, key.ptr(), nullptr);
+        PyObject* after =
+            PyCFunction_NewEx(&gEagerAfterDef, binding.ptr(), nullptr);
         if (after == nullptr) {
           throw py::error_already_set();
         }
@@ -887,8 +796,10 @@ void initMonitors(py::module_& m) {
             beforeFn, py::reinterpret_steal<py::object>(after));
       },
       py::arg("key"),
+      py::arg("path"),
       "(before(module), after(module, output)): the C functions the eager "
-      "hooks call; they find the monitor in the module attribute `key`");
+      "hooks call; they find the monitor in the module attribute `key` and "
+      "read the attribute path `path`");
 }
 
 } // namespace torch_monitor::python

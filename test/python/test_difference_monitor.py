@@ -539,17 +539,26 @@ def test_forwards_in_inference_mode_then_training_keep_recording():
 # ------------------------------------------------------------------ errors
 
 
-def test_missing_path_raises_when_registered_naming_path_and_part(inferno):
-    # Found when the monitor is built on a module (issue 16), not at the
-    # first forward mid-training.
+def test_a_missing_path_warns_when_registered_and_raises_at_forward_naming_path_and_part(inferno):
+    # inferno resolves the path at every forward, so a monitor may be
+    # registered before the module has the attribute (its own tests do that);
+    # ours does the same, warns at registration and, at a forward that
+    # cannot resolve it, names the whole path and the missing part (issue 25).
     outer = Outer()
+    with pytest.warns(RuntimeWarning, match=r"'block\.missing'.*'block'.*'missing'.*first forward"):
+        mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "block.missing", outer)
+    assert mon.registered
     with pytest.raises(AttributeError) as info:
-        tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "block.missing", outer)
+        outer(torch.ones(3))
     message = str(info.value)
     assert "'block.missing'" in message and "'missing'" in message and "'block'" in message
-    with pytest.raises(AttributeError, match=r"'nope\.state'.*the module.*'nope'"):
-        tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "nope.state", outer)
-    assert not outer._forward_hooks and not outer._forward_pre_hooks  # nothing left on it
+    mon.deregister()
+    with pytest.warns(RuntimeWarning, match=r"'nope\.state'.*the module.*'nope'"):
+        mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "nope.state", outer)
+    outer.nope = Leaky()  # the attribute exists by the first forward: it records
+    outer(torch.ones(3))
+    assert mon.peek() is not None
+    mon.deregister()
     # Removed after registration: the forward says so, naming the path.
     outer.extra = torch.nn.Linear(2, 2)
     mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "extra.weight", outer)
@@ -557,7 +566,8 @@ def test_missing_path_raises_when_registered_naming_path_and_part(inferno):
     with pytest.raises(AttributeError, match=r"'extra\.weight'"):
         outer(torch.ones(3))
     mon.deregister()
-    # inferno raises getattr's own AttributeError, which names only the part
+    # inferno registers too, and raises getattr's own AttributeError, which
+    # names only the part
     other = Outer()
     theirs = inferno.DifferenceMonitor(inferno.PassthroughReducer(1.0), "block.missing", other)
     with pytest.raises(AttributeError) as info:
@@ -768,16 +778,28 @@ def test_monitor_pickles_unregistered_with_its_history():
     torch.testing.assert_close(back.peek(), mon.peek())
 
 
-def test_core_pickles_without_callables_only():
+def _keep_all(post, pre):
+    return True
+
+
+def test_the_monitor_object_pickles_with_its_callables():
     m = Leaky()
     mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0, duration=1.0), "state", m)
     m(torch.ones(3))
     copy_ = pickle.loads(pickle.dumps(mon.core))
     assert copy_.name() == "state" and copy_.train_update() and copy_.eval_update()
     torch.testing.assert_close(copy_.peek(), mon.peek())
-    with_filter = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "state", filter_=lambda a, b: True)
+    # A Python filter_ is pickled by Python's pickle: a module-level function
+    # is, a lambda is refused by pickle itself.
+    with_filter = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "state", filter_=_keep_all)
+    again = pickle.loads(pickle.dumps(with_filter.core))
+    assert tm._C._monitor_callables(again) == (_keep_all, None, None)
+    with_lambda = tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "state", filter_=lambda a, b: True)
+    with pytest.raises((pickle.PicklingError, AttributeError), match="lambda"):
+        pickle.dumps(with_lambda.core)
+    # TorchScript cannot hold a Python callable: saving says so.
     with pytest.raises(RuntimeError, match="Python callable"):
-        pickle.dumps(with_filter.core)
+        with_filter.core.__getstate__()
 
 
 # -------------------------------------------------------------- TorchScript

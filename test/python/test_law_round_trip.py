@@ -144,8 +144,9 @@ def build(cls_name, kwargs, tmp):
 
 
 def config(obj):
-    """The configuration: __obj_flatten__, with each object argument's own."""
-    out = dict(obj.__obj_flatten__())
+    """The configuration: __obj_flatten__, with each object it holds (a
+    watch's writer) or was given (a monitor's reducer) read as its own."""
+    out = {k: config(v) if isinstance(v, torch.ScriptObject) else v for k, v in obj.__obj_flatten__()}
     schema = constructor(obj._type().qualified_name().rpartition(".")[2])
     for argument in schema.arguments[1:]:
         if isinstance(argument.type, torch.ClassType):

@@ -333,7 +333,7 @@ def test_every_pickle_protocol_and_uninitialised_objects_raise_or_work():
         import torch
         from torch import nn
         import torch_monitor as tm
-        from torch_monitor import _C
+        from torch_monitor import _spellings
 
         m = nn.Linear(2, 2)
         reducer = tm.EMAReducer(1.0, 0.5)
@@ -346,26 +346,19 @@ def test_every_pickle_protocol_and_uninitialised_objects_raise_or_work():
             assert core.name() == "weight" and core.keep_graph() is True
             copy = pickle.loads(pickle.dumps(mon, protocol=proto))
             assert copy.keep_graph is True and not copy.registered
-            try:
-                pickle.dumps(reducer._handle, protocol=proto)
-            except TypeError as e:
-                assert "pickle the torch_monitor reducer" in str(e)
-            else:
-                raise AssertionError("the handle pickled")
+            assert copy.core.reducer() == copy.reducer_.script_reducer
+            script_reducer = pickle.loads(pickle.dumps(reducer.script_reducer, protocol=proto))
+            torch.testing.assert_close(script_reducer.peek(), reducer.peek())
         # Never made uninitialised: __new__ runs __init__ (which needs its
         # arguments), so no method, slot (repr, ==, hash) or property can
-        # meet a core without its C++ object.
-        try:
-            _C.DifferenceMonitorCore.__new__(_C.DifferenceMonitorCore)
-        except TypeError:
-            pass
-        else:
-            raise AssertionError("an uninitialised core was made")
-        handle = _C._ReducerHandle.__new__(_C._ReducerHandle)
-        try:
-            handle.peek()
-        except TypeError:
-            pass
+        # meet a core or a reducer object without its C++ object.
+        for face in (_spellings.DifferenceMonitor, _spellings.Reducer):
+            try:
+                face.__new__(face)
+            except TypeError:
+                pass
+            else:
+                raise AssertionError(f"an uninitialised {face.__name__} was made")
         bare_monitor = tm.DifferenceMonitor.__new__(tm.DifferenceMonitor)
         try:
             bare_monitor.peek()
@@ -497,7 +490,7 @@ def test_monitor_names_and_kinds_are_checked_also_when_loaded():
         import torch
         from torch import nn
         import torch_monitor as tm
-        from torch_monitor import _C
+        from torch_monitor import _spellings
 
         def raises(fragments, fn, *args):
             try:
@@ -510,19 +503,18 @@ def test_monitor_names_and_kinds_are_checked_also_when_loaded():
 
         m = nn.Linear(2, 2)
         reducer = tm.EMAReducer(1.0, 0.5)
-        raises(["attribute path contains a NUL"], tm.DifferenceMonitor, reducer, "w\\x00x", m)
-        raises(["attribute path contains a NUL"], _C.DifferenceMonitorCore, reducer, "w\\x00x")
+        core_class = _spellings.DifferenceMonitor
+        raises(["contains a NUL"], tm.DifferenceMonitor, reducer, "w\\x00x", m)
+        raises(["contains a NUL"], core_class, reducer, "w\\x00x")
         raises(["kind must name a monitor class", "'Nonsense'"],
-               _C.DifferenceMonitorCore, reducer, "weight", True, True, False, "Nonsense")
+               core_class, reducer, "weight", True, True, False, "Nonsense")
 
-        core = _C.DifferenceMonitorCore(reducer, "weight")
-        _, reduce_args = core.__reduce_ex__(2)
-        state = reduce_args[0]
-        assert state[1] == "weight" and state[6] == "DifferenceMonitor", state
-        raises(["kind must name a monitor class"], _C._difference_monitor_core_from_state,
-               state[:6] + ("Nonsense",))
-        raises(["contains a NUL"], _C._difference_monitor_core_from_state,
-               state[:1] + ("w\\x00x",) + state[2:])
+        # Unpickling, which takes the configuration saved.
+        core = core_class(reducer, "weight")
+        restore, (version, given, config, callables) = core.__reduce_ex__(2)
+        assert config["name"] == "weight" and config["kind"] == "DifferenceMonitor", config
+        raises(["kind must name a monitor class"], restore, version, given, {**config, "kind": "Nonsense"}, callables)
+        raises(["contains a NUL"], restore, version, given, {**config, "name": "w\\x00x"}, callables)
         # TorchScript's constructor, which loading a saved module runs too.
         ts = torch.classes.torch_monitor.DifferenceMonitor
         script_reducer = reducer.script_reducer

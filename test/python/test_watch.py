@@ -480,6 +480,58 @@ def test_remove_removes_every_hook_and_the_context_manager_does_too(events):
     assert len(events.all) == n
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "torch.save"])
+def test_a_copy_of_a_watched_model_works_and_is_not_watched(events, how):
+    """The EMA or teacher copy, a checkpoint: copying works, and nothing the
+    copy computes reaches the original's windows (issue 25)."""
+    import copy
+    import io
+    import pickle
+
+    def run(model, steps=4):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        gen = torch.Generator().manual_seed(3)
+        for step in range(steps):
+            tm.set_step(step)
+            optimizer.zero_grad()
+            model(torch.randn(8, 4, generator=gen)).square().mean().backward()
+            optimizer.step()
+
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tm.watch(model, optimizer, what=KINDS, window_steps=2):
+        if how == "deepcopy":
+            twin = copy.deepcopy(model)
+        elif how == "pickle":
+            twin = pickle.loads(pickle.dumps(model))
+        else:
+            buffer = io.BytesIO()
+            torch.save(model, buffer)
+            buffer.seek(0)
+            twin = torch.load(buffer, weights_only=False)
+        for theirs, ours in zip(twin.parameters(), model.parameters()):
+            torch.testing.assert_close(theirs, ours)
+        run(twin)  # its own optimizer; the watch's hooks are not on it
+    assert events.all == []  # nothing observed by the original: no window
+    # The copy takes a watch of its own.
+    with tm.watch(twin, what="output", window_steps=2) as w:
+        run(twin, steps=2)
+    assert len(events.windows) == 1 and set(w.keys) == {"fc1.output", "act.output", "fc2.output"}
+
+
+def test_scripting_a_watched_model_says_to_script_first():
+    model = MLP()
+    with tm.watch(model, what=("grad", "output"), window_steps=2):
+        with pytest.raises(RuntimeError, match="script the model first, then watch the scripted module"):
+            torch.jit.script(model)
+    scripted = torch.jit.script(MLP())
+    optimizer = torch.optim.SGD(scripted.parameters(), lr=0.1)
+    with tm.watch(scripted, optimizer, window_steps=2) as w:
+        assert "fc1.weight.update" in w.keys
+    with pytest.raises(ValueError, match="ScriptModule"):
+        tm.watch(scripted, what="output", window_steps=2)
+
+
 def test_the_last_window_reaches_python_handlers_and_sinks_at_exit(tmp_path):
     # The exit sequence (C++, with the Stats' last windows) closes the open
     # window of a watch the program never removed, before Python handlers

@@ -497,4 +497,19 @@ bool DifferenceMonitor::hasCustomCallables() const {
   return callables_ != nullptr;
 }
 
+DifferenceMonitor::Filter DifferenceMonitor::filter() const {
+  detail::BlockingLock guard(mutex_);
+  return callables_ ? callables_->filter : Filter();
+}
+
+DifferenceMonitor::Map DifferenceMonitor::map() const {
+  detail::BlockingLock guard(mutex_);
+  return callables_ ? callables_->map : Map();
+}
+
+DifferenceMonitor::Op DifferenceMonitor::op() const {
+  detail::BlockingLock guard(mutex_);
+  return callables_ ? callables_->op : Op();
+}
+
 } // namespace torch_monitor

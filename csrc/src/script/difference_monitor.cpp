@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <torch_monitor/nn/attribute_path.h>
 #include <torch_monitor/script/config.h>
 #include <torch_monitor/script/registration.h>
 
@@ -228,6 +229,18 @@ ScriptDifferenceMonitor::ScriptDifferenceMonitor(
       "written in Python), got '",
       kind_,
       "'");
+  if (kind_ == kDefaultKind) {
+    nn::AttributePath{monitor_.name()}; // ValueError naming the bad part
+  }
+}
+
+void ScriptDifferenceMonitor::keepReducerObject(c10::IValue object) {
+  TORCH_CHECK_VALUE(
+      reducerOf(object).get() == reducer_.get(),
+      "DifferenceMonitor '",
+      monitor_.name(),
+      "': the Reducer object to keep must hold the monitor's own reducer");
+  reducerObject_ = std::move(object);
 }
 
 ScriptDifferenceMonitor::State ScriptDifferenceMonitor::state() const {

@@ -7,6 +7,7 @@
 
 #include <torch/library.h>
 
+#include <torch_monitor/script/config.h>
 #include <torch_monitor/script/sinks.h>
 #include <torch_monitor/sinks/tensorboard_writer.h>
 #include <torch_monitor/watch/plan.h>
@@ -24,7 +25,7 @@ c10::intrusive_ptr<ScriptWatch> makeWatch(
     double windowSeconds,
     int64_t every,
     int64_t histogramsEvery,
-    const c10::IValue& writer,
+    c10::IValue writer,
     bool memory,
     bool syncRanks,
     const std::string& device) {
@@ -70,7 +71,31 @@ c10::intrusive_ptr<ScriptWatch> makeWatch(
   options.memory = memory;
   options.syncRanks = syncRanks; // the process default group
   return c10::make_intrusive<ScriptWatch>(
-      Recorder::create(std::move(keys), std::move(options), c10::Device(device)));
+      Recorder::create(std::move(keys), std::move(options), c10::Device(device)),
+      std::move(writer));
+}
+
+// Its configuration and state: the constructor's arguments.
+Config configOf(const ScriptWatch& self) {
+  const Recorder& r = *self.recorder();
+  const watch::RecorderOptions& o = r.options();
+  std::vector<std::string> paths;
+  std::vector<std::string> kinds;
+  for (const watch::Key& key : r.keys()) {
+    paths.push_back(key.path);
+    kinds.emplace_back(watch::kindName(key.kind));
+  }
+  return Config{
+      {"paths", paths},
+      {"kinds", kinds},
+      {"window_steps", o.windowSteps},
+      {"window_seconds", static_cast<double>(o.windowSize.count()) / 1000.0},
+      {"every", o.every},
+      {"histograms_every", o.histogramsEvery},
+      {"writer", self.writer()},
+      {"memory", o.memory},
+      {"sync_ranks", o.syncRanks},
+      {"device", r.device().str()}};
 }
 
 } // namespace
@@ -79,6 +104,11 @@ ScriptWatch::~ScriptWatch() = default;
 
 void registerWatch(torch::Library& m) {
   auto cls = m.class_<ScriptWatch>("Watch");
+  // A copy or a loaded Watch is a new recorder with the same keys and
+  // windows, observing nothing until something calls it.
+  defineConfigState(cls, 1, &makeWatch, [](ScriptWatch& self) {
+    return configOf(self);
+  });
   cls.def(
       torch::init(&makeWatch),
       "Watch(paths, kinds, window_steps=0, window_seconds=0.0, every=1, "

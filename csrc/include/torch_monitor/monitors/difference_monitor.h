@@ -126,6 +126,11 @@ class TORCH_MONITOR_API DifferenceMonitor {
   void setMap(Map map);
   void setOp(Op op);
   bool hasCustomCallables() const;
+  // The custom callables set (empty ones for the defaults): a copy of the
+  // monitor takes them along, and a binding reads back what it set.
+  Filter filter() const;
+  Map map() const;
+  Op op() const;
 
   // What after() feeds without a custom Map: `op` (empty: post - pre)
   // element-wise as described at Map, autograd recorded as for any tensor

@@ -70,12 +70,23 @@ std::vector<c10::IValue> savedConstructorArguments(
     int64_t version,
     const std::vector<LegacyState>& legacy);
 
+// A saved value as the constructor function's argument type (an IValue
+// argument takes it as it is).
+template <class T>
+T argumentAs(c10::IValue&& value) {
+  if constexpr (std::is_same_v<T, c10::IValue>) {
+    return std::move(value);
+  } else {
+    return std::move(value).to<T>();
+  }
+}
+
 template <class Holder, class... Args, size_t... I>
 c10::intrusive_ptr<Holder> callWithArguments(
     c10::intrusive_ptr<Holder> (*make)(Args...),
     std::vector<c10::IValue>& values,
     std::index_sequence<I...>) {
-  return make(std::move(values[I]).template to<std::decay_t<Args>>()...);
+  return make(argumentAs<std::decay_t<Args>>(std::move(values[I]))...);
 }
 
 // What defineConfigState keeps per class: torch::class_::def_pickle takes

@@ -43,6 +43,8 @@ class ScriptDifferenceMonitor : public torch::CustomClassHolder {
   // `kind` names the monitor class whose hooks drive it ("InputMonitor",
   // ...): one C++ core serves every monitor, and monitorsOf() reports it;
   // any other kind is a c10::ValueError (also when a saved state holds it).
+  // A DifferenceMonitor's name is its attribute path: one that does not
+  // parse (an empty part) is a c10::ValueError.
   ScriptDifferenceMonitor(
       c10::IValue reducer,
       std::string name,
@@ -68,6 +70,13 @@ class ScriptDifferenceMonitor : public torch::CustomClassHolder {
   const c10::IValue& reducerObject() const noexcept {
     return reducerObject_;
   }
+  // Keeps `object`, a Reducer object holding this monitor's C++ reducer,
+  // as the one to save. TorchScript's constructor receives the C++ reducer
+  // only and wraps it in a new object; a binding that knows the object its
+  // caller holds (a reducer module's) gives it here, right after
+  // construction, so that a module holding both still shares one reducer
+  // once saved and loaded. Throws c10::ValueError for another reducer.
+  void keepReducerObject(c10::IValue object);
 
   // Throws c10::Error naming the monitor when it has custom (Python)
   // callables: those cannot be saved, and a silently different monitor after

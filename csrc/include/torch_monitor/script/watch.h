@@ -16,16 +16,22 @@ namespace torch_monitor::script {
 // Thread safety: as the recorder it holds.
 class TORCH_MONITOR_API ScriptWatch : public torch::CustomClassHolder {
  public:
-  explicit ScriptWatch(std::shared_ptr<watch::Recorder> recorder)
-      : recorder_(std::move(recorder)) {}
+  // `writer`: the TensorBoardWriter object it was given (None for none),
+  // kept for its configuration (the recorder holds the C++ writer).
+  ScriptWatch(std::shared_ptr<watch::Recorder> recorder, c10::IValue writer)
+      : recorder_(std::move(recorder)), writer_(std::move(writer)) {}
   ~ScriptWatch() override;
 
   const std::shared_ptr<watch::Recorder>& recorder() const noexcept {
     return recorder_;
   }
+  const c10::IValue& writer() const noexcept {
+    return writer_;
+  }
 
  private:
   std::shared_ptr<watch::Recorder> recorder_;
+  c10::IValue writer_;
 };
 
 // The class and the op, from the one TORCH_LIBRARY block
