@@ -366,6 +366,37 @@ TEST(Watch, BadInputIsRefusedNamingTheProblem) {
   EXPECT_NE(message(o).find("needs a writer"), std::string::npos);
 }
 
+TEST(Watch, PathsMustBeTextAndEachKeyIsGivenOnce) {
+  // A NUL would reach every sink (a C API truncates there), and a key given
+  // twice would have two observers write one row.
+  const auto output = watch::Kind::Output;
+  expectValueError(
+      [&] { makeRecorder({"fc1", std::string("fc\0x", 4)}, output, 10); },
+      {"the path of key 1", "NUL byte at index 2"});
+  expectValueError(
+      [&] { makeRecorder({"fc\xff"}, output, 10); }, {"not valid UTF-8"});
+  expectValueError(
+      [&] { makeRecorder({""}, output, 10); }, {"the path of key 0 is empty"});
+  expectValueError(
+      [&] { makeRecorder({"fc1", "fc2", "fc1"}, output, 10); },
+      {"'fc1.output' is given twice (keys 0 and 2)"});
+  // One path under two kinds is two keys.
+  watch::RecorderOptions options;
+  options.windowSteps = 10;
+  auto r = watch::Recorder::create(
+      {watch::Key{"fc1", watch::Kind::Output},
+       watch::Key{"fc1", watch::Kind::OutputGrad}},
+      options,
+      c10::Device(c10::DeviceType::CPU));
+  r->remove();
+  expectValueError(
+      [&] {
+        watch::Recorder::create(
+            {watch::Key{"fc1", output}}, options, c10::Device("meta"));
+      },
+      {"meta device"});
+}
+
 TEST(Watch, IncludeAndExcludeSelectKeysByPath) {
   auto net = std::make_shared<Net>();
   WatchOptions o;

@@ -436,6 +436,30 @@ def test_frozen_parameters_and_parameters_the_optimizer_skips_are_not_watched():
         tm.watch(model, what=("grad", 1), window_steps=10)
 
 
+def test_a_watch_refuses_a_nul_in_a_path_and_a_key_given_twice():
+    # Paths reach every sink as event keys (a NUL truncates in C APIs), and a
+    # key given twice would have two observers write one row of statistics.
+    # Checked in the recorder, so Python, TorchScript and C++ all refuse.
+    Watch = torch.classes.torch_monitor.Watch
+    with pytest.raises(ValueError, match="the path of key 1 contains a NUL byte at index 2"):
+        Watch(["fc1", "fc\0x"], ["output", "output"], window_steps=10)
+    with pytest.raises(ValueError, match="'fc1.output' is given twice \\(keys 0 and 2\\)"):
+        Watch(["fc1", "fc2", "fc1"], ["output", "output", "output"], window_steps=10)
+    with pytest.raises(ValueError, match="the path of key 0 is empty"):
+        Watch([""], ["output"], window_steps=10)
+    with pytest.raises(ValueError, match="meta device"):
+        Watch(["fc1"], ["output"], window_steps=10, device="meta")
+
+    def scripted(paths: List[str]) -> int:
+        return torch.classes.torch_monitor.Watch(paths, ["grad", "grad"], window_steps=10).id()
+
+    with pytest.raises(Exception, match="'a.grad' is given twice"):
+        torch.jit.script(scripted)(["a", "a"])
+    w = Watch(["fc1", "fc1"], ["output", "output_grad"], window_steps=10)  # one path, two keys
+    assert w.keys() == ["fc1.output", "fc1.output_grad"]
+    w.remove()
+
+
 def test_the_choice_of_keys_is_the_same_call_in_eager_and_torchscript():
     def plan(what: List[str], parameters: List[str], trainable: List[bool], stepped: List[bool],
              modules: List[str]) -> Tuple[List[str], List[str], List[int]]:

@@ -21,6 +21,7 @@
 #include <torch_monitor/clock.h>
 #include <torch_monitor/detail/call_each.h>
 #include <torch_monitor/detail/rank_sync.h>
+#include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
 #include <torch_monitor/sinks/tensorboard_writer.h>
@@ -306,6 +307,36 @@ std::shared_ptr<Recorder> Recorder::create(
       !keys.empty(),
       "torch_monitor.watch: nothing to watch (no parameter or module "
       "matched)");
+  // Paths reach every sink as event keys (Python, JSON, C APIs), and each
+  // key owns one row of slots: the same text check as every other name of
+  // the library, and each key once.
+  std::unordered_map<std::string, size_t> seen;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string where =
+        "torch_monitor.watch: the path of key " + std::to_string(i);
+    TORCH_CHECK_VALUE(
+        !keys[i].path.empty(),
+        where,
+        " is empty; give each watched tensor its parameter or module path "
+        "(\"fc1.weight\", \"fc1\")");
+    detail::checkText(keys[i].path, where);
+    const auto [it, fresh] = seen.emplace(keys[i].name(), i);
+    TORCH_CHECK_VALUE(
+        fresh,
+        "torch_monitor.watch: the key '",
+        it->first,
+        "' is given twice (keys ",
+        it->second,
+        " and ",
+        i,
+        "); their statistics would overwrite each other's: give each path "
+        "and kind once");
+  }
+  TORCH_CHECK_VALUE(
+      !device.is_meta(),
+      "torch_monitor.watch: the meta device holds no values, so no "
+      "statistics could be read from it; keep them on the model's real "
+      "device (device='cpu' or 'cuda')");
   std::shared_ptr<Recorder> r(
       new Recorder(std::move(keys), std::move(options), device));
   if (r->options_.syncRanks) {

@@ -86,7 +86,10 @@ class TORCH_MONITOR_API Recorder
  public:
   // Keys in slot order; statistics kept on `device`. Throws
   // c10::ValueError for options that do not make sense (no window or two,
-  // every < 1, histograms without a writer).
+  // every < 1, histograms without a writer), for a path that is empty or
+  // not text (invalid UTF-8, a NUL: it would reach the sinks), for a key
+  // given twice (its statistics would overwrite each other's) and for the
+  // meta device (it holds no statistics to read).
   static std::shared_ptr<Recorder> create(
       std::vector<Key> keys,
       RecorderOptions options,
