@@ -842,6 +842,32 @@ def test_a_rank_watching_other_keys_is_refused_and_logs_its_own_windows(tmp_path
     assert len(refused) == 1 and "rank 1" in refused[0], results[0]["warnings"]
 
 
+@pytest.mark.parametrize(
+    "rank1, steps1, shapes",
+    [
+        ({"RANK1_WINDOW": "6"}, [6, 12], ("window_steps=4", "window_steps=6")),
+        ({"RANK1_EVERY": "2"}, [4, 8, 12], ("every=1", "every=2")),
+    ],
+    ids=["window_steps", "every"],
+)
+def test_ranks_whose_watches_differ_in_window_or_cadence_are_never_merged(tmp_path, rank1, steps1, shapes):
+    # The same keys on both ranks, but rank 1's rows mean something else
+    # (windows of 6 steps, or every other step): rank 0 must refuse them,
+    # naming the watch and both shapes, and each rank logs its own windows.
+    results = run_ranks(tmp_path, 2, env={"DEADLINE": "1", **rank1})
+    for rank, steps in ((0, [4, 8, 12]), (1, steps1)):
+        events = results[rank]["events"]
+        assert [e["step"] for e in events] == steps, (rank, events)
+        for w, e in enumerate(events):
+            data = dict(e["data"])
+            assert data.pop("watch.ranks") == 1, (rank, w)  # its own window alone
+            assert_data(data, merged_oracle(results, [rank], w), rel=1e-9)
+    refused = [m for m in results[0]["warnings"] if "is not the same on every rank" in m]
+    assert len(refused) == 1, results[0]["warnings"]
+    assert "torch_monitor.Watch#0" in refused[0] and "rank 1" in refused[0], refused[0]
+    assert all(shape in refused[0] for shape in shapes), refused[0]
+
+
 # ------------------------------------------------------------ import cost
 
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <sstream>
 #include <unordered_map>
 #include <utility>
 
@@ -272,6 +273,23 @@ Recorder::Recorder(
     hash = fnv1a(fnv1a(hash, key.name()), "\n");
   }
   layoutHash_ = hash;
+  // Everything that changes what a window's rows mean, or what the merged
+  // event holds: ranks whose watches differ in any of it are never merged.
+  std::ostringstream shape;
+  shape << "a watch of " << keys_.size() << " keys (" << keys_.front().name();
+  if (keys_.size() > 1) {
+    shape << " ... " << keys_.back().name();
+  }
+  shape << ", layout " << std::hex << layoutHash_ << std::dec << ", "
+        << kColumns << " columns) with ";
+  if (options_.windowSteps > 0) {
+    shape << "window_steps=" << options_.windowSteps;
+  } else {
+    shape << "window_size=" << options_.windowSize.count() << " ms";
+  }
+  shape << ", every=" << options_.every
+        << ", memory=" << (options_.memory ? "True" : "False");
+  shape_ = shape.str();
 }
 
 std::shared_ptr<Recorder> Recorder::create(
@@ -579,8 +597,9 @@ void Recorder::publish(Closed c) {
           return eventsOf(
               keys, merged.data(), step, memory, int64_t(values.size()));
         };
-    // Ranks whose watches differ (another model, other include/exclude)
-    // are refused by rank 0 and log their windows themselves.
+    // Ranks whose watches differ (another model, other include/exclude,
+    // another window, `every` or `memory`: see shape()) are refused by
+    // rank 0 and log their windows themselves.
     if (detail::postRankPayload(
             this,
             syncName_,
@@ -588,8 +607,7 @@ void Recorder::publish(Closed c) {
             c.index,
             std::move(payload),
             emptyMarker(),
-            "a watch of " + std::to_string(keys_.size()) + " keys (layout " +
-                std::to_string(layoutHash_) + ")",
+            shape_,
             std::move(merge))) {
       return;
     }

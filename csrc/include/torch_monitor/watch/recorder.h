@@ -139,6 +139,13 @@ class TORCH_MONITOR_API Recorder
       c10::IntArrayRef keys,
       at::TensorList before);
   static std::shared_ptr<Recorder> find(int64_t id);
+  // What must be the same on every rank for their windows to merge (the
+  // keys, the window, the cadence, the memory counters, the row layout),
+  // as rank 0's warning about a refused rank says it.
+  const std::string& shape() const noexcept {
+    return shape_;
+  }
+
 
   // The training step changed (setStep tells every recorder): closes the
   // window it ends, and opens or shuts the gate for this step.
@@ -187,6 +194,7 @@ class TORCH_MONITOR_API Recorder
   const RecorderOptions options_;
   std::string syncName_; // "torch_monitor.Watch#<n>" when syncing ranks
   uint64_t layoutHash_ = 0; // of the keys: ranks merge equal layouts only
+  std::string shape_; // see shape()
   std::shared_ptr<StepListener> listener_;
 
   mutable std::mutex mutex_;
