@@ -366,6 +366,67 @@ TEST(Watch, BadInputIsRefusedNamingTheProblem) {
   EXPECT_NE(message(o).find("needs a writer"), std::string::npos);
 }
 
+TEST(Watch, PathsMustBeTextAndEachKeyIsGivenOnce) {
+  // A NUL would reach every sink (a C API truncates there), and a key given
+  // twice would have two observers write one row.
+  const auto output = watch::Kind::Output;
+  expectValueError(
+      [&] { makeRecorder({"fc1", std::string("fc\0x", 4)}, output, 10); },
+      {"the path of key 1", "NUL byte at index 2"});
+  expectValueError(
+      [&] { makeRecorder({"fc\xff"}, output, 10); }, {"not valid UTF-8"});
+  expectValueError(
+      [&] { makeRecorder({""}, output, 10); }, {"the path of key 0 is empty"});
+  expectValueError(
+      [&] { makeRecorder({"fc1", "fc2", "fc1"}, output, 10); },
+      {"'fc1.output' is given twice (keys 0 and 2)"});
+  // One path under two kinds is two keys.
+  watch::RecorderOptions options;
+  options.windowSteps = 10;
+  auto r = watch::Recorder::create(
+      {watch::Key{"fc1", watch::Kind::Output},
+       watch::Key{"fc1", watch::Kind::OutputGrad}},
+      options,
+      c10::Device(c10::DeviceType::CPU));
+  r->remove();
+  expectValueError(
+      [&] {
+        watch::Recorder::create(
+            {watch::Key{"fc1", output}}, options, c10::Device("meta"));
+      },
+      {"meta device"});
+}
+
+TEST(Watch, ItsShapeNamesEverythingRanksMustShare) {
+  // What rank 0 compares before it merges a rank's windows (and prints
+  // when it refuses them): the keys, the window, the cadence, memory=.
+  auto a = makeRecorder({"fc1", "fc2"}, watch::Kind::Output, 4);
+  auto b = makeRecorder({"fc1", "fc2"}, watch::Kind::Output, 8);
+  auto c = makeRecorder({"fc1", "fc2"}, watch::Kind::Output, 4, /*every=*/2);
+  auto d = makeRecorder({"fc1", "fc3"}, watch::Kind::Output, 4);
+  auto same = makeRecorder({"fc1", "fc2"}, watch::Kind::Output, 4);
+  EXPECT_EQ(a->shape(), same->shape());
+  for (const auto& other : {b, c, d}) {
+    EXPECT_NE(a->shape(), other->shape());
+  }
+  EXPECT_NE(a->shape().find("window_steps=4, every=1"), std::string::npos)
+      << a->shape();
+  EXPECT_NE(b->shape().find("window_steps=8"), std::string::npos);
+  EXPECT_NE(c->shape().find("every=2"), std::string::npos);
+  watch::RecorderOptions timed;
+  timed.windowSize = std::chrono::seconds(2);
+  timed.memory = true;
+  auto t = watch::Recorder::create(
+      {watch::Key{"fc1", watch::Kind::Output}},
+      timed,
+      c10::Device(c10::DeviceType::CPU));
+  EXPECT_NE(t->shape().find("window_size=2000 ms"), std::string::npos);
+  EXPECT_NE(t->shape().find("memory=True"), std::string::npos);
+  for (const auto& r : {a, b, c, d, same, t}) {
+    r->remove();
+  }
+}
+
 TEST(Watch, IncludeAndExcludeSelectKeysByPath) {
   auto net = std::make_shared<Net>();
   WatchOptions o;

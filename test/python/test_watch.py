@@ -436,6 +436,30 @@ def test_frozen_parameters_and_parameters_the_optimizer_skips_are_not_watched():
         tm.watch(model, what=("grad", 1), window_steps=10)
 
 
+def test_a_watch_refuses_a_nul_in_a_path_and_a_key_given_twice():
+    # Paths reach every sink as event keys (a NUL truncates in C APIs), and a
+    # key given twice would have two observers write one row of statistics.
+    # Checked in the recorder, so Python, TorchScript and C++ all refuse.
+    Watch = torch.classes.torch_monitor.Watch
+    with pytest.raises(ValueError, match="the path of key 1 contains a NUL byte at index 2"):
+        Watch(["fc1", "fc\0x"], ["output", "output"], window_steps=10)
+    with pytest.raises(ValueError, match="'fc1.output' is given twice \\(keys 0 and 2\\)"):
+        Watch(["fc1", "fc2", "fc1"], ["output", "output", "output"], window_steps=10)
+    with pytest.raises(ValueError, match="the path of key 0 is empty"):
+        Watch([""], ["output"], window_steps=10)
+    with pytest.raises(ValueError, match="meta device"):
+        Watch(["fc1"], ["output"], window_steps=10, device="meta")
+
+    def scripted(paths: List[str]) -> int:
+        return torch.classes.torch_monitor.Watch(paths, ["grad", "grad"], window_steps=10).id()
+
+    with pytest.raises(Exception, match="'a.grad' is given twice"):
+        torch.jit.script(scripted)(["a", "a"])
+    w = Watch(["fc1", "fc1"], ["output", "output_grad"], window_steps=10)  # one path, two keys
+    assert w.keys() == ["fc1.output", "fc1.output_grad"]
+    w.remove()
+
+
 def test_the_choice_of_keys_is_the_same_call_in_eager_and_torchscript():
     def plan(what: List[str], parameters: List[str], trainable: List[bool], stepped: List[bool],
              modules: List[str]) -> Tuple[List[str], List[str], List[int]]:
@@ -868,6 +892,32 @@ def test_a_rank_watching_other_keys_is_refused_and_logs_its_own_windows(tmp_path
             assert_data(data, want, rel=1e-9)
     refused = [m for m in results[0]["warnings"] if "is not the same on every rank" in m]
     assert len(refused) == 1 and "rank 1" in refused[0], results[0]["warnings"]
+
+
+@pytest.mark.parametrize(
+    "rank1, steps1, shapes",
+    [
+        ({"RANK1_WINDOW": "6"}, [6, 12], ("window_steps=4", "window_steps=6")),
+        ({"RANK1_EVERY": "2"}, [4, 8, 12], ("every=1", "every=2")),
+    ],
+    ids=["window_steps", "every"],
+)
+def test_ranks_whose_watches_differ_in_window_or_cadence_are_never_merged(tmp_path, rank1, steps1, shapes):
+    # The same keys on both ranks, but rank 1's rows mean something else
+    # (windows of 6 steps, or every other step): rank 0 must refuse them,
+    # naming the watch and both shapes, and each rank logs its own windows.
+    results = run_ranks(tmp_path, 2, env={"DEADLINE": "1", **rank1})
+    for rank, steps in ((0, [4, 8, 12]), (1, steps1)):
+        events = results[rank]["events"]
+        assert [e["step"] for e in events] == steps, (rank, events)
+        for w, e in enumerate(events):
+            data = dict(e["data"])
+            assert data.pop("watch.ranks") == 1, (rank, w)  # its own window alone
+            assert_data(data, merged_oracle(results, [rank], w), rel=1e-9)
+    refused = [m for m in results[0]["warnings"] if "is not the same on every rank" in m]
+    assert len(refused) == 1, results[0]["warnings"]
+    assert "torch_monitor.Watch#0" in refused[0] and "rank 1" in refused[0], refused[0]
+    assert all(shape in refused[0] for shape in shapes), refused[0]
 
 
 # ------------------------------------------------------------ import cost

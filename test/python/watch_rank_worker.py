@@ -6,7 +6,9 @@ WINDOW steps, captures what it observed with hooks of its own, and writes
 its events, those observations and how long the last merge took to
 out_dir/rank<r>.json. With STALL set, rank 2 sleeps that long before the
 step that closes its first window (DEADLINE: rank 0's wait). With
-OTHER_KEYS set, rank 1 watches fc1 only (the others the whole model).
+OTHER_KEYS set, rank 1 watches fc1 only (the others the whole model); with
+RANK1_WINDOW or RANK1_EVERY set, rank 1's watch has that window_steps or
+every (the others WINDOW and 1).
 """
 
 import json
@@ -53,14 +55,17 @@ def main():
     model = MLP()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     exclude = r"^fc2" if os.environ.get("OTHER_KEYS") and rank == 1 else None
-    w = tm.watch(model, optimizer, what=("grad", "update", "output"), window_steps=WINDOW,
-                 exclude=exclude, sync_ranks=True)
+    window = int(os.environ.get("RANK1_WINDOW", WINDOW)) if rank == 1 else WINDOW
+    every = int(os.environ.get("RANK1_EVERY", 1)) if rank == 1 else 1
+    w = tm.watch(model, optimizer, what=("grad", "update", "output"), window_steps=window,
+                 every=every, exclude=exclude, sync_ranks=True)
     observed = {}  # window -> key -> [[values], ratio]
 
     def seen(step, key, t, ratio=None):
-        observed.setdefault(str(step // WINDOW), {}).setdefault(key, []).append(
-            [t.detach().double().flatten().tolist(), ratio]
-        )
+        if step % every == 0:  # what the watch observes
+            observed.setdefault(str(step // window), {}).setdefault(key, []).append(
+                [t.detach().double().flatten().tolist(), ratio]
+            )
 
     current = [0]
     for name in ("fc1", "fc2"):

@@ -230,16 +230,28 @@ void registerWatch(torch::Library& m) {
         Recorder::observeById(watch, slots, gate, values, keys, before);
       });
   // Its fake: what a graph sees of it is the mutation of `slots`, whose
-  // shape does not change; nothing to compute while tracing.
+  // shape does not change; nothing to compute while tracing, but the same
+  // checks of what it is given (a mistake shows when the graph is traced),
+  // and a meta tensor among real ones is refused rather than observed as
+  // nothing.
   m.impl(
       "watch_observe_",
       c10::DispatchKey::Meta,
-      [](const at::Tensor&,
-         const at::Tensor&,
-         at::TensorList,
-         c10::IntArrayRef,
-         at::TensorList,
-         int64_t) {});
+      [](const at::Tensor& slots,
+         const at::Tensor& gate,
+         at::TensorList values,
+         c10::IntArrayRef keys,
+         at::TensorList before,
+         int64_t watch) {
+        Recorder::checkObservation(
+            Recorder::find(watch).get(),
+            slots,
+            gate,
+            values,
+            keys,
+            before,
+            /*metaKernel=*/true);
+      });
 }
 
 } // namespace torch_monitor::script

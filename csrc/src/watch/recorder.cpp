@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <sstream>
 #include <unordered_map>
 #include <utility>
 
@@ -21,6 +22,7 @@
 #include <torch_monitor/clock.h>
 #include <torch_monitor/detail/call_each.h>
 #include <torch_monitor/detail/rank_sync.h>
+#include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
 #include <torch_monitor/sinks/tensorboard_writer.h>
@@ -271,6 +273,23 @@ Recorder::Recorder(
     hash = fnv1a(fnv1a(hash, key.name()), "\n");
   }
   layoutHash_ = hash;
+  // Everything that changes what a window's rows mean, or what the merged
+  // event holds: ranks whose watches differ in any of it are never merged.
+  std::ostringstream shape;
+  shape << "a watch of " << keys_.size() << " keys (" << keys_.front().name();
+  if (keys_.size() > 1) {
+    shape << " ... " << keys_.back().name();
+  }
+  shape << ", layout " << std::hex << layoutHash_ << std::dec << ", "
+        << kColumns << " columns) with ";
+  if (options_.windowSteps > 0) {
+    shape << "window_steps=" << options_.windowSteps;
+  } else {
+    shape << "window_size=" << options_.windowSize.count() << " ms";
+  }
+  shape << ", every=" << options_.every
+        << ", memory=" << (options_.memory ? "True" : "False");
+  shape_ = shape.str();
 }
 
 std::shared_ptr<Recorder> Recorder::create(
@@ -306,6 +325,36 @@ std::shared_ptr<Recorder> Recorder::create(
       !keys.empty(),
       "torch_monitor.watch: nothing to watch (no parameter or module "
       "matched)");
+  // Paths reach every sink as event keys (Python, JSON, C APIs), and each
+  // key owns one row of slots: the same text check as every other name of
+  // the library, and each key once.
+  std::unordered_map<std::string, size_t> seen;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string where =
+        "torch_monitor.watch: the path of key " + std::to_string(i);
+    TORCH_CHECK_VALUE(
+        !keys[i].path.empty(),
+        where,
+        " is empty; give each watched tensor its parameter or module path "
+        "(\"fc1.weight\", \"fc1\")");
+    detail::checkText(keys[i].path, where);
+    const auto [it, fresh] = seen.emplace(keys[i].name(), i);
+    TORCH_CHECK_VALUE(
+        fresh,
+        "torch_monitor.watch: the key '",
+        it->first,
+        "' is given twice (keys ",
+        it->second,
+        " and ",
+        i,
+        "); their statistics would overwrite each other's: give each path "
+        "and kind once");
+  }
+  TORCH_CHECK_VALUE(
+      !device.is_meta(),
+      "torch_monitor.watch: the meta device holds no values, so no "
+      "statistics could be read from it; keep them on the model's real "
+      "device (device='cpu' or 'cuda')");
   std::shared_ptr<Recorder> r(
       new Recorder(std::move(keys), std::move(options), device));
   if (r->options_.syncRanks) {
@@ -548,8 +597,9 @@ void Recorder::publish(Closed c) {
           return eventsOf(
               keys, merged.data(), step, memory, int64_t(values.size()));
         };
-    // Ranks whose watches differ (another model, other include/exclude)
-    // are refused by rank 0 and log their windows themselves.
+    // Ranks whose watches differ (another model, other include/exclude,
+    // another window, `every` or `memory`: see shape()) are refused by
+    // rank 0 and log their windows themselves.
     if (detail::postRankPayload(
             this,
             syncName_,
@@ -557,8 +607,7 @@ void Recorder::publish(Closed c) {
             c.index,
             std::move(payload),
             emptyMarker(),
-            "a watch of " + std::to_string(keys_.size()) + " keys (layout " +
-                std::to_string(layoutHash_) + ")",
+            shape_,
             std::move(merge))) {
       return;
     }
@@ -639,8 +688,196 @@ void Recorder::observeById(
     at::TensorList values,
     c10::IntArrayRef keys,
     at::TensorList before) {
-  if (auto r = find(id)) {
-    r->observe(slots, gate, values, keys, before);
+  std::shared_ptr<Recorder> r;
+  {
+    Registry& registry = Registry::get();
+    std::lock_guard<std::mutex> guard(registry.mutex);
+    TORCH_CHECK_VALUE(
+        id >= 1 && id < registry.nextId,
+        "watch_observe_: no watch ever had the id ",
+        id,
+        "; pass the id of the watch whose slots these are (Watch.id())");
+    const auto it = registry.byId.find(id);
+    if (it != registry.byId.end()) {
+      r = it->second.lock();
+    }
+  }
+  checkObservation(r.get(), slots, gate, values, keys, before);
+  if (r) {
+    r->observeChecked(slots, gate, values, keys, before);
+  }
+}
+
+void Recorder::checkObservation(
+    const Recorder* recorder,
+    const at::Tensor& slots,
+    const at::Tensor& gate,
+    at::TensorList values,
+    c10::IntArrayRef keys,
+    at::TensorList before,
+    bool metaKernel) {
+  constexpr const char* kPass =
+      "; pass the watch's own slots and gate (Watch.slots(), Watch.gate())";
+  TORCH_CHECK_VALUE(
+      values.size() == keys.size(),
+      "watch_observe_: ",
+      values.size(),
+      " tensors for ",
+      keys.size(),
+      " keys; pass one key per value");
+  TORCH_CHECK_VALUE(
+      before.empty() || before.size() == values.size(),
+      "watch_observe_: `before` holds ",
+      before.size(),
+      " tensors for ",
+      values.size(),
+      " values; pass one weight before the step per value (update keys), "
+      "or none");
+  TORCH_CHECK_VALUE(
+      slots.defined() && gate.defined(),
+      "watch_observe_: slots and gate must be tensors",
+      kPass);
+  // Where nothing is read (the Meta kernel, while tracing) every tensor is
+  // a meta tensor; anywhere else none may be (it holds no values), and a
+  // mix would have the Meta kernel drop real observations silently.
+  const bool meta = metaKernel && slots.is_meta();
+  auto checkMeta = [&](const at::Tensor& t, const std::string& what) {
+    if (t.is_meta() == meta) {
+      return;
+    }
+    TORCH_CHECK_VALUE(
+        !t.is_meta(),
+        "watch_observe_: ",
+        what,
+        " is a tensor on the meta device, which holds no values to observe "
+        "or write; pass tensors on a real device");
+    TORCH_CHECK_VALUE(
+        false,
+        "watch_observe_: the slots are on the meta device, which holds no "
+        "statistics, while ",
+        what,
+        " is a real tensor; pass the watch's own slots (Watch.slots())");
+  };
+  checkMeta(slots, "slots");
+  checkMeta(gate, "gate");
+  // The host path writes rows through a raw pointer at key * kColumns and
+  // the device path narrows rows of the slots: both need the dense
+  // row-major layout of the watch's own buffer.
+  TORCH_CHECK_TYPE(
+      slots.scalar_type() == at::kDouble,
+      "watch_observe_: slots must be float64, got ",
+      slots.scalar_type(),
+      kPass);
+  TORCH_CHECK_VALUE(
+      slots.dim() == 2 && slots.size(1) == kColumns &&
+          (recorder == nullptr ||
+           slots.size(0) == int64_t(recorder->keys_.size())),
+      "watch_observe_: slots must have the shape [",
+      recorder == nullptr ? std::string("keys")
+                          : std::to_string(recorder->keys_.size()),
+      ", ",
+      kColumns,
+      "] (one row per key), got ",
+      slots.sizes(),
+      kPass);
+  TORCH_CHECK_VALUE(
+      slots.is_contiguous(),
+      "watch_observe_: slots must be contiguous (not expanded, transposed "
+      "or sliced: rows are written in place), got strides ",
+      slots.strides(),
+      kPass);
+  if (recorder != nullptr && !meta) {
+    const c10::Device device = recorder->slots_.device();
+    TORCH_CHECK_VALUE(
+        slots.device() == device,
+        "watch_observe_: slots are on ",
+        slots.device(),
+        " but the watch keeps its statistics on ",
+        device,
+        kPass);
+  }
+  TORCH_CHECK_TYPE(
+      gate.scalar_type() == at::kDouble,
+      "watch_observe_: the gate must be float64 (the step observed, or -1), "
+      "got ",
+      gate.scalar_type(),
+      kPass);
+  TORCH_CHECK_VALUE(
+      gate.numel() == 1,
+      "watch_observe_: the gate must hold one number (the step observed, or "
+      "-1), got ",
+      gate.numel(),
+      " elements",
+      kPass);
+  TORCH_CHECK_VALUE(
+      gate.device() == slots.device(),
+      "watch_observe_: the gate is on ",
+      gate.device(),
+      " and the slots on ",
+      slots.device(),
+      kPass);
+  const int64_t rows = slots.size(0);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t key = keys[i];
+    TORCH_CHECK_VALUE(
+        key >= 0 && key < rows,
+        "watch_observe_: key ",
+        key,
+        " (for values[",
+        i,
+        "]) out of range: the watch has ",
+        rows,
+        " keys; pass indexes of Watch.keys()");
+    const bool update =
+        recorder != nullptr && recorder->keys_[key].kind == Kind::Update;
+    TORCH_CHECK_VALUE(
+        recorder == nullptr || update == !before.empty(),
+        "watch_observe_: ",
+        recorder == nullptr ? std::string()
+                            : recorder->keys_[key].name(),
+        update ? " is an update: pass the weight before the step in "
+                 "`before` (one per value)"
+               : " is not an update: pass `before` (the weights before the "
+                 "step) only for update keys, in a call of their own");
+    const at::Tensor& x = values[i];
+    if (!x.defined()) {
+      continue;
+    }
+    checkMeta(x, "values[" + std::to_string(i) + "]");
+    if (!before.empty() && before[i].defined()) {
+      const at::Tensor& b = before[i];
+      checkMeta(b, "before[" + std::to_string(i) + "]");
+      TORCH_CHECK_VALUE(
+          b.sizes() == x.sizes() && b.scalar_type() == x.scalar_type() &&
+              b.device() == x.device(),
+          "watch_observe_: values[",
+          i,
+          "] and before[",
+          i,
+          "] (the weight after and before the step) must have the same "
+          "shape, dtype and device, got ",
+          x.sizes(),
+          " ",
+          x.scalar_type(),
+          " on ",
+          x.device(),
+          " and ",
+          b.sizes(),
+          " ",
+          b.scalar_type(),
+          " on ",
+          b.device());
+    }
+    TORCH_CHECK_VALUE(
+        !slots.is_cpu() || x.is_cpu() || nothingToObserve(x, nullptr),
+        "torch_monitor.watch: ",
+        recorder == nullptr ? "values[" + std::to_string(i) + "]"
+                            : recorder->keys_[key].name(),
+        " is on ",
+        x.device(),
+        " but the watch keeps its statistics on the CPU (the model's "
+        "device when watch() was called); moving them there would wait "
+        "for the device at every step. Call watch() after model.to(device)");
   }
 }
 
@@ -650,21 +887,16 @@ void Recorder::observe(
     at::TensorList values,
     c10::IntArrayRef keys,
     at::TensorList before) {
-  TORCH_CHECK_VALUE(
-      values.size() == keys.size(),
-      "watch_observe_: ",
-      values.size(),
-      " tensors for ",
-      keys.size(),
-      " keys");
-  TORCH_CHECK_VALUE(
-      before.empty() || before.size() == values.size(),
-      "watch_observe_: `before` must be empty or hold one tensor per value");
-  TORCH_CHECK_VALUE(
-      slots.dim() == 2 && slots.size(0) == int64_t(keys_.size()) &&
-          slots.size(1) == kColumns && slots.scalar_type() == at::kDouble &&
-          gate.device() == slots.device(),
-      "watch_observe_: slots and gate are not this watch's");
+  checkObservation(this, slots, gate, values, keys, before);
+  observeChecked(slots, gate, values, keys, before);
+}
+
+void Recorder::observeChecked(
+    const at::Tensor& slots,
+    const at::Tensor& gate,
+    at::TensorList values,
+    c10::IntArrayRef keys,
+    at::TensorList before) {
   // The statistics are no part of any autograd graph.
   at::NoGradGuard noGrad;
   const bool slotsOnCpu = slots.is_cpu();
@@ -681,12 +913,7 @@ void Recorder::observe(
     bool gateRead = false;
     for (size_t i = 0; i < values.size(); ++i) {
       const at::Tensor& x = values[i];
-      const int64_t key = keys[i];
-      TORCH_CHECK_INDEX(
-          key >= 0 && key < int64_t(keys_.size()),
-          "watch_observe_: key ",
-          key,
-          " out of range");
+      const int64_t key = keys[i]; // in range: checkObservation
       const at::Tensor* b = before.empty() ? nullptr : &before[i];
       if (nothingToObserve(x, b)) {
         continue;
@@ -705,15 +932,6 @@ void Recorder::observe(
         }
         continue;
       }
-      TORCH_CHECK_VALUE(
-          !slotsOnCpu || x.is_cpu(),
-          "torch_monitor.watch: ",
-          keys_[key].name(),
-          " is on ",
-          x.device(),
-          " but the watch keeps its statistics on the CPU (the model's "
-          "device when watch() was called); moving them there would wait "
-          "for the device at every step. Call watch() after model.to(device)");
       rows.push_back(rowOnDevice(x, b).to(slots.device(), /*non_blocking=*/true));
       rowKeys.push_back(key);
       observedSinceClose_ = true;

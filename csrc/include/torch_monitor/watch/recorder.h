@@ -86,7 +86,10 @@ class TORCH_MONITOR_API Recorder
  public:
   // Keys in slot order; statistics kept on `device`. Throws
   // c10::ValueError for options that do not make sense (no window or two,
-  // every < 1, histograms without a writer).
+  // every < 1, histograms without a writer), for a path that is empty or
+  // not text (invalid UTF-8, a NUL: it would reach the sinks), for a key
+  // given twice (its statistics would overwrite each other's) and for the
+  // meta device (it holds no statistics to read).
   static std::shared_ptr<Recorder> create(
       std::vector<Key> keys,
       RecorderOptions options,
@@ -120,14 +123,18 @@ class TORCH_MONITOR_API Recorder
   // thread, when the gate is open; a tensor on a device only queues device
   // work (gated there), so nothing waits for the device. On steps divisible
   // by histogramsEvery, also writes each tensor's histogram (which reads it).
+  // Arguments checkObservation() refuses are refused before anything is
+  // observed.
   void observe(
       const at::Tensor& slots,
       const at::Tensor& gate,
       at::TensorList values,
       c10::IntArrayRef keys,
       at::TensorList before);
-  // observe() for the recorder with `id`; does nothing when it is gone
-  // (removed while a compiled graph still calls the op).
+  // observe() for the recorder with `id` (the op's kernel): checks the
+  // arguments, then does nothing more when the recorder is gone (removed
+  // while a compiled graph still calls the op). c10::ValueError for an id
+  // no watch of this process ever had.
   static void observeById(
       int64_t id,
       const at::Tensor& slots,
@@ -136,6 +143,32 @@ class TORCH_MONITOR_API Recorder
       c10::IntArrayRef keys,
       at::TensorList before);
   static std::shared_ptr<Recorder> find(int64_t id);
+  // Refuses, with a c10::ValueError or c10::TypeError saying what to pass,
+  // the arguments of an observation that would corrupt memory or be
+  // misread: slots that are not a contiguous [keys, kColumns] float64
+  // tensor on the watch's device (expanded, transposed or sliced slots
+  // were written out of bounds or into the wrong cells), a gate that is not
+  // one float64 element on the slots' device, counts that disagree, keys
+  // out of range, `before` given for other keys than updates (or not
+  // given for updates) or not shaped like its value, values on a device
+  // when the statistics are on the CPU, and meta tensors. `recorder`
+  // nullptr (gone): what can be checked without it. `metaKernel`: the
+  // op's Meta kernel (tracing), where every tensor is on the meta device
+  // and nothing is read; a mix of meta and real tensors is refused there.
+  static void checkObservation(
+      const Recorder* recorder,
+      const at::Tensor& slots,
+      const at::Tensor& gate,
+      at::TensorList values,
+      c10::IntArrayRef keys,
+      at::TensorList before,
+      bool metaKernel = false);
+  // What must be the same on every rank for their windows to merge (the
+  // keys, the window, the cadence, the memory counters, the row layout),
+  // as rank 0's warning about a refused rank says it.
+  const std::string& shape() const noexcept {
+    return shape_;
+  }
 
   // The training step changed (setStep tells every recorder): closes the
   // window it ends, and opens or shuts the gate for this step.
@@ -173,6 +206,12 @@ class TORCH_MONITOR_API Recorder
       std::optional<int64_t> eventStep,
       bool onlyIfObserved = false);
   void publish(Closed closed);
+  void observeChecked(
+      const at::Tensor& slots,
+      const at::Tensor& gate,
+      at::TensorList values,
+      c10::IntArrayRef keys,
+      at::TensorList before);
   void writeHistograms(
       at::TensorList values,
       c10::IntArrayRef keys,
@@ -184,6 +223,7 @@ class TORCH_MONITOR_API Recorder
   const RecorderOptions options_;
   std::string syncName_; // "torch_monitor.Watch#<n>" when syncing ranks
   uint64_t layoutHash_ = 0; // of the keys: ranks merge equal layouts only
+  std::string shape_; // see shape()
   std::shared_ptr<StepListener> listener_;
 
   mutable std::mutex mutex_;
