@@ -1392,6 +1392,53 @@ TEST(SinkReliability, ClosedPipeOnConsoleIsOneWarningNotSigpipe) {
 }
 
 
+// stdout redirected to a file on a full disk: each line it could not take
+// is counted, and the part of a line that reached the file is cut off.
+TEST(SinkReliability, ConsoleOnAFullFileCountsLinesAndLeavesNoTornLine) {
+  TempDir dir;
+  const std::string path = dir / "out.log";
+  const int status = runInChild([&] {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, STDOUT_FILENO);
+    auto console =
+        std::make_shared<sinks::ConsoleHandler>(sinks::ConsoleStream::Stdout);
+    FileSizeLimit limit(1001); // a real short write, then EFBIG
+    for (int i = 0; i < 40; ++i) {
+      console->handle(statEvent({{"i", int64_t(i)}}));
+    }
+    const std::string text = readFile(path);
+    const bool whole = !text.empty() && text.back() == '\n';
+    const int64_t lines = int64_t(linesOf(text).size());
+    std::fprintf(stderr, "%lld lines, %lld dropped, %zu bytes\n",
+        static_cast<long long>(lines),
+        static_cast<long long>(console->dropped()), text.size());
+    if (!whole) {
+      return 3;
+    }
+    return lines > 0 && console->dropped() > 0 &&
+            lines + console->dropped() == 40
+        ? 0
+        : 4;
+  });
+  EXPECT_CHILD_OK(status) << " (3: a torn last line; 4: lines not counted)";
+}
+
+TEST(SinkReliability, ConsoleOnDevFullCountsEveryLine) {
+  if (!fs::exists("/dev/full")) {
+    GTEST_SKIP() << "no /dev/full";
+  }
+  const int status = runInChild([&] {
+    const int fd = ::open("/dev/full", O_WRONLY);
+    ::dup2(fd, STDOUT_FILENO);
+    auto console =
+        std::make_shared<sinks::ConsoleHandler>(sinks::ConsoleStream::Stdout);
+    for (int i = 0; i < 40; ++i) {
+      console->handle(statEvent({{"i", int64_t(i)}}));
+    }
+    return console->dropped() == 40 ? 0 : 3;
+  });
+  EXPECT_CHILD_OK(status);
+}
 TEST(SinkReliability, FifoWithoutReaderNeitherBlocksNorFails) {
   TempDir dir;
   const std::string fifo = dir / "events.fifo";
