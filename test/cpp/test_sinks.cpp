@@ -1095,6 +1095,31 @@ TEST(SinkFaults, RecordsNeverWrittenAreCountedAtCloseButNotTheHeader) {
   EXPECT_EQ(fs::file_size(dir / "e.jsonl"), 0u);
 }
 
+TEST(SinkFaults, PrometheusTextFileCountsWindowsItCouldNotWrite) {
+  TempDir dir;
+  const std::string path = dir / "train.prom";
+  auto prom = std::make_shared<sinks::PrometheusTextFile>(path);
+  int64_t failed = 0;
+  {
+    FileSizeLimit limit(1000);
+    CapturedWarnings warnings; // kBackgroundSink falls back to this thread
+    for (int i = 0; i < 30; ++i) {
+      // A new Stat each time: the text grows until it no longer fits.
+      prom->handle(statEvent({{"s" + std::to_string(100 + i) + ".mean", double(i)}}));
+      const std::string text = readFile(path);
+      ASSERT_TRUE(text.empty() || text.back() == '\n');
+      if (text.find("s" + std::to_string(100 + i)) == std::string::npos) {
+        ++failed;
+      }
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_LT(failed, 30);
+  EXPECT_EQ(prom->dropped(), failed);
+  EXPECT_EQ(filesIn(dir.path()), std::vector<std::string>{path}); // no temporary file
+  prom->close();
+}
+
 TEST(SinkFaults, FullBufferDropsAndCounts) {
   TempDir dir;
   sinks::TensorBoardWriterOptions options = slowFlush();

@@ -811,7 +811,11 @@ void registerPrometheusTextFile(torch::Library& m) {
       "the\n"
       "text is written to a temporary file beside ``path`` and renamed "
       "over it,\n"
-      "so a reader sees a whole file, old or new. ``labels`` as for\n"
+      "so a reader sees a whole file, old or new; a window that cannot "
+      "be\n"
+      "written (a full disk) leaves the old file and is counted in "
+      "``dropped``.\n"
+      "``labels`` as for\n"
       "``PrometheusExporter`` (``rank`` added under torch.distributed).",
       {torch::arg("path"), torch::arg("labels") = c10::IValue(Labels())});
   defineSinkMethods(cls)
