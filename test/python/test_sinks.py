@@ -677,7 +677,7 @@ def test_full_disk_then_space_again(tm, registered, tiny_tmpfs):
         writer.flush()
     assert len(caught) == 1
     assert counter.count == n
-    # The file ends in a part-written record; TensorBoard reads what is whole.
+    # The file ends at the last whole record (a torn one is cut off again).
     assert 0 < len(read_scalars(logdir)["x"]) < n
     subprocess.run(["mount", "-o", "remount,size=1m", str(tiny_tmpfs)], check=True)
     writer.close()

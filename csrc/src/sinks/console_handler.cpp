@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <c10/util/Exception.h>
@@ -16,16 +17,23 @@ namespace {
 // The whole line, in as many write(2)s as it takes; 0 or the errno. Each
 // write holds SIGPIPE back: a console handler must not kill a C++ training
 // program because `| head` closed the pipe.
+// A line the stream took only part of (a full disk) is cut off again when
+// the stream is a regular file, so that it never ends inside a line.
 int writeLine(int fd, const std::string& line) {
   size_t done = 0;
   while (done < line.size()) {
     const ssize_t n = detail::writeWithoutSigpipe(
         fd, line.data() + done, line.size() - done);
     if (n < 0) {
-      if (errno == EINTR) {
+      const int error = errno;
+      if (error == EINTR) {
         continue;
       }
-      return errno;
+      struct stat st {};
+      if (done > 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        detail::truncateLastWrite(fd, done); // not at the end: left alone
+      }
+      return error;
     }
     done += static_cast<size_t>(n);
   }

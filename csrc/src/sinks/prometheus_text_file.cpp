@@ -51,10 +51,12 @@ void PrometheusTextFile::handle(const Event& event) {
   }
   snapshot_.update(event);
   std::lock_guard<std::mutex> guard(writeMutex_);
-  writeLocked(ProblemLog::WarnVia::kBackgroundSink);
+  if (!writeLocked(ProblemLog::WarnVia::kBackgroundSink)) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
-void PrometheusTextFile::writeLocked(ProblemLog::WarnVia via) {
+bool PrometheusTextFile::writeLocked(ProblemLog::WarnVia via) {
   std::vector<std::string> clashes;
   const std::string text = snapshot_.render(checked_, &clashes);
   for (const std::string& stat : clashes) {
@@ -79,7 +81,7 @@ void PrometheusTextFile::writeLocked(ProblemLog::WarnVia via) {
   };
   if (fd < 0) {
     fail("create");
-    return;
+    return false;
   }
   size_t written = 0;
   while (written < text.size()) {
@@ -91,19 +93,21 @@ void PrometheusTextFile::writeLocked(ProblemLog::WarnVia via) {
       fail("write");
       ::close(fd);
       ::unlink(temp.c_str());
-      return;
+      return false;
     }
     written += static_cast<size_t>(n);
   }
   if (::close(fd) != 0) {
     fail("write");
     ::unlink(temp.c_str());
-    return;
+    return false;
   }
   if (::rename(temp.c_str(), path_.c_str()) != 0) {
     fail("rename");
     ::unlink(temp.c_str());
+    return false;
   }
+  return true;
 }
 
 } // namespace torch_monitor::sinks

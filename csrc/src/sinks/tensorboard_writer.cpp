@@ -288,11 +288,13 @@ void TensorBoardWriter::Impl::writeDeferred(bool closing) {
       }
     }
   } catch (const std::exception& e) {
+    deferredDropped.fetch_add(
+        static_cast<int64_t>(points.size()), std::memory_order_relaxed);
     problems.report(
         "deferred read",
         std::to_string(points.size()) +
             " point(s) of device tensors could not be read from their "
-            "device and are lost: " + e.what(),
+            "device and are lost (dropped() counts them): " + e.what(),
         ProblemLog::WarnVia::kBackgroundSink);
     return;
   }

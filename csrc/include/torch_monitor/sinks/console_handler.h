@@ -20,7 +20,10 @@ enum class ConsoleStream { Stdout, Stderr };
 // escaped so an event never spans two lines). Each line is one write(2) on
 // the file descriptor, unbuffered and not interleaved with other events'
 // lines; C++ iostreams and Python's sys.stdout buffer separately. A failing
-// stream is warned about once and the line dropped. A closed pipe (`| head`
+// stream (a full disk, /dev/full) is warned about once per errno and the
+// line dropped and counted; when the stream is a regular file, the part of
+// the line that reached it is cut off again, so the file never ends inside
+// a line. A closed pipe (`| head`
 // has exited) never raises SIGPIPE: it is warned about once and every later
 // line is dropped and counted. The stream is the process' own fd 1 or 2 and
 // stays blocking: a reader that stalls stalls this handler as it stalls

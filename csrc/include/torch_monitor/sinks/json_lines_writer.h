@@ -53,6 +53,8 @@ class TORCH_MONITOR_API JsonLinesWriter final : public Sink {
 
   void handle(const Event& event) override;
   void flush() override;
+  // Events (lines) that were never written: over the buffer bound, still
+  // unwritten at close or exit (a full disk), or after a pipe's reader left.
   int64_t dropped() const override;
 
   // The path as given (what is saved with a TorchScript module).

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -16,7 +17,9 @@ namespace torch_monitor::sinks {
 // goes to a temporary file in the same directory, then rename(2) replaces
 // `path`, so a reader sees the old file or the new one, never a part.
 // (Atomic for readers; not fsync'ed, so not durable across a power loss.)
-// A failing write is warned about once (problems()) and retried at the next
+// A failing write (a full disk) leaves `path` as it was (the temporary file
+// is removed), is warned about once (problems()), counts the window event
+// that could not be written in dropped(), and is retried at the next
 // window; found while handling an event (on whichever thread closed the
 // window), it goes to the background warning sink (Python: a
 // RuntimeWarning), as the other sinks' faults do. Throws c10::ValueError for
@@ -32,6 +35,10 @@ class TORCH_MONITOR_API PrometheusTextFile final : public Sink {
   ~PrometheusTextFile() override;
 
   void handle(const Event& event) override;
+  // Window events whose exposition could not be written.
+  int64_t dropped() const override {
+    return dropped_.load(std::memory_order_relaxed);
+  }
 
   const std::string& path() const noexcept {
     return path_;
@@ -42,14 +49,15 @@ class TORCH_MONITOR_API PrometheusTextFile final : public Sink {
 
  private:
   // Writes the current snapshot; `writeMutex_` held. Failures are warned
-  // about `via` there.
-  void writeLocked(ProblemLog::WarnVia via);
+  // about `via` there; returns whether `path` now holds it.
+  bool writeLocked(ProblemLog::WarnVia via);
 
   const std::string path_;
   const std::map<std::string, std::string> labels_;
   const prometheus::Labels checked_;
   prometheus::Snapshot snapshot_;
   std::mutex writeMutex_; // one writer of the temporary file at a time
+  std::atomic<int64_t> dropped_{0};
   torch_monitor::detail::ForkSafeLocks forkLocks_{
       torch_monitor::detail::ForkLockMode::kResetInChild, {&writeMutex_}};
 };

@@ -123,6 +123,10 @@ class TORCH_MONITOR_API TensorBoardWriter final : public Sink {
       double wallTime = std::numeric_limits<double>::quiet_NaN());
 
   void flush() override;
+  // Points (TensorBoard records: one per scalar value of an event, per
+  // addScalar and per addHistogram) that were never written: over the
+  // buffer bound, still unwritten at close or exit (a full disk), device
+  // points over the deferred bound or that could not be read back.
   int64_t dropped() const override;
 
   // The log directory as given (what is saved with a TorchScript module).

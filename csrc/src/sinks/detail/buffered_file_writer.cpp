@@ -287,22 +287,97 @@ int BufferedFileWriter::writePending(Deadline waitForReader) {
         continue; // written, or the next write says why not
       }
     }
+    keepWholeRecords();
     return error;
   }
   pending_.clear();
   written_ = 0;
+  headerBytes_ = 0;
   return 0;
 }
 
-void BufferedFileWriter::endOutput() {
-  const size_t unwritten = pending_.size() - written_;
+void BufferedFileWriter::keepWholeRecords() {
+  if (written_ == 0) {
+    return;
+  }
+  const size_t start = recordStart(written_);
+  size_t partial = written_ - start;
+  if (partial > 0 && regularFile_) {
+    // A file must never end inside a record: a reader would see a torn
+    // line (or TensorBoard a torn record) if the retry never comes (close
+    // on a full disk, a crash). Cut it off; the record is kept whole.
+    const int error = truncateLastWrite(fd_, partial);
+    if (error == 0) {
+      partial = 0;
+    } else {
+      problems_.report(
+          "truncate " + std::to_string(error),
+          "cannot cut off the part of a record that a failed write left "
+          "at the end of '" +
+              currentPath() + "': " + errorText(error) +
+              "; the rest of the record is written first on retry");
+    }
+  }
+  pending_.erase(0, start);
+  if (start > 0) {
+    headerBytes_ = 0; // the header is the first record: it is in the file
+  }
+  written_ = partial;
+}
+
+size_t BufferedFileWriter::recordStart(size_t pos) const {
+  const std::string_view data(pending_);
+  size_t at = 0;
+  while (at < data.size()) {
+    const size_t length = layout_.recordEnd(data.substr(at), 0);
+    if (length == 0 || at + length > pos) {
+      break;
+    }
+    at += length;
+  }
+  return std::min(at, pos);
+}
+
+size_t BufferedFileWriter::countRecords(std::string_view data) const {
+  size_t records = 0;
+  size_t at = 0;
+  while (at < data.size()) {
+    const size_t length = layout_.recordEnd(data.substr(at), 0);
+    ++records;
+    if (length == 0) {
+      break;
+    }
+    at += length;
+  }
+  return records;
+}
+
+size_t BufferedFileWriter::dropPending() {
+  size_t records = countRecords(pending_);
+  if (headerBytes_ > 0 && records > 0) {
+    --records; // the header is no record of the caller's
+  }
   pending_.clear();
   written_ = 0;
+  headerBytes_ = 0;
+  dropped_.fetch_add(static_cast<int64_t>(records), std::memory_order_relaxed);
+  return records;
+}
+
+void BufferedFileWriter::endOutput() {
+  size_t unwritten = pending_.size() - written_;
+  size_t lost = dropPending();
   ::close(fd_);
   fd_ = -1;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     outputGone_ = true;
+    // Appended since the write began: lost as well (whole records).
+    const size_t records = countRecords(buffer_);
+    dropped_.fetch_add(
+        static_cast<int64_t>(records), std::memory_order_relaxed);
+    lost += records;
+    unwritten += buffer_.size();
     buffer_.clear();
     pendingBytes_ = 0;
   }
@@ -310,9 +385,10 @@ void BufferedFileWriter::endOutput() {
       "reader gone",
       "the reader of '" + currentPath() +
           "' went away (EPIPE: nothing reads the pipe any more); " +
+          std::to_string(lost) + " buffered record(s) (" +
           std::to_string(unwritten) +
-          " buffered bytes are lost and further events to this sink are "
-          "dropped (dropped() counts them)");
+          " bytes) are lost and further events to this sink are dropped "
+          "(dropped() counts them all)");
 }
 
 std::string BufferedFileWriter::bufferedNote() const {
@@ -389,17 +465,25 @@ bool BufferedFileWriter::openNextFile() {
       std::lock_guard<std::mutex> guard(mutex_);
       path_ = path;
     }
-    if (written_ > 0) {
-      // The previous file got part of a record; the new one starts at the
-      // next record boundary.
+    // pending_ starts with the first record not wholly written to the
+    // previous file (keepWholeRecords).
+    if (headerBytes_ > 0) {
+      // The previous file's header: the new file gets its own.
+      pending_.erase(0, headerBytes_);
+      headerBytes_ = 0;
+      written_ = 0;
+    } else if (written_ > 0) {
+      // The previous file (a pipe, which cannot be cut) got part of a
+      // record; the new one starts at the next record boundary.
       const size_t end =
-          std::min(layout_.recordEnd(pending_, written_), pending_.size());
+          std::min(layout_.recordEnd(pending_, 0), pending_.size());
       pending_.erase(0, end);
       written_ = 0;
       dropped_.fetch_add(1, std::memory_order_relaxed);
     }
     const std::string header = layout_.header();
     pending_.insert(0, header);
+    headerBytes_ = header.size();
     return true;
   }
   problems_.report(
@@ -463,14 +547,21 @@ void BufferedFileWriter::close() {
       /*openEvenIfIdle=*/false,
       std::chrono::steady_clock::now() + kCloseDrainTimeout);
   if (written_ < pending_.size()) {
-    problems_.report(
-        "lost at close",
-        std::to_string(pending_.size() - written_) +
-            " bytes of events could not be written before close and are "
-            "lost" +
-            (regularFile_ ? std::string()
-                          : " (the reader did not take them within " +
-                     formatSeconds(kCloseDrainTimeout) + ")"));
+    // Nothing will retry them: each record is counted as dropped. The file
+    // ends at a record boundary (keepWholeRecords cut a torn record off).
+    const size_t bytes = pending_.size() - written_;
+    const bool onlyHeader = headerBytes_ == pending_.size();
+    const size_t records = dropPending();
+    if (!onlyHeader) {
+      problems_.report(
+          "lost at close",
+          std::to_string(records) + " record(s) (" + std::to_string(bytes) +
+              " bytes) of events could not be written before close and are "
+              "lost (dropped() counts them)" +
+              (regularFile_ ? std::string()
+                            : " (the reader did not take them within " +
+                       formatSeconds(kCloseDrainTimeout) + ")"));
+    }
   }
   if (fd_ >= 0) {
     ::close(fd_);

@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace torch_monitor::sinks::detail {
@@ -31,6 +32,30 @@ ssize_t writeWithoutSigpipe(int fd, const void* data, size_t size) noexcept {
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   errno = error;
   return n;
+}
+
+int truncateLastWrite(int fd, size_t bytes) noexcept {
+  const off_t end = ::lseek(fd, 0, SEEK_CUR);
+  if (end < 0) {
+    return errno;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return errno;
+  }
+  if (st.st_size != end || static_cast<size_t>(end) < bytes) {
+    return EAGAIN; // someone wrote after us: cutting would lose their data
+  }
+  const off_t start = end - static_cast<off_t>(bytes);
+  while (::ftruncate(fd, start) != 0) {
+    if (errno != EINTR) {
+      return errno;
+    }
+  }
+  if (::lseek(fd, start, SEEK_SET) != start) {
+    return errno;
+  }
+  return 0;
 }
 
 } // namespace torch_monitor::sinks::detail

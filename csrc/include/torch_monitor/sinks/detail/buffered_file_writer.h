@@ -33,8 +33,12 @@ struct FileLayout {
   // Bytes every new file starts with (may return an empty string).
   std::function<std::string()> header;
   // Given buffered data that starts at a record boundary, the offset just
-  // past the record that contains byte `pos` (used to skip the unwritten
-  // rest of a record when a file must be replaced mid-record).
+  // past the record that contains byte `pos`. The writer walks records with
+  // it (pos 0 of the data from a boundary on): to find where a failed write
+  // must be cut back to, to count the records it could not write (dropped()
+  // counts records: JSON Lines lines, i.e. events; TensorBoard records, i.e.
+  // points), and to skip the rest of a record cut short in a pipe when a
+  // file must be replaced.
   std::function<size_t(std::string_view data, size_t pos)> recordEnd;
   // O_EXCL (a fresh file per open, as TensorBoard wants) or O_APPEND.
   bool exclusive = false;
@@ -59,15 +63,27 @@ struct BufferOptions {
 // Appends whole records to an in-memory buffer on the caller's thread and
 // writes them to a file on a background thread every flushInterval, or
 // sooner when the buffer fills (and on flush(), close(), destruction and
-// process exit). The file only ever receives whole records, except when a
-// write fails half-way: then the rest of that record is written first on
-// retry, so the file stays a sequence of records.
+// process exit).
+//
+// A regular file always ends at a record boundary: when a write stops
+// part-way through a record (a full disk, a file size limit), the part that
+// reached the file is cut off again (ftruncate, file offset moved back) and
+// the whole record waits in memory for the retry. A pipe or FIFO cannot be
+// cut: there the rest of that record is written first on retry, so the
+// stream stays a sequence of records.
 //
 // Faults never reach the producer: a directory that cannot be created, a
 // file that cannot be opened or written, or a file that vanished are
 // reported once each (ProblemLog) and retried every flushInterval (a
 // vanished file is re-created, with the header); records wait in memory,
 // and past maxBufferBytes new ones are dropped and counted.
+//
+// Every record that is never written is counted in dropped(): those over
+// the bound, those still unwritten at close() (and so at process exit; the
+// report also gives the bytes), those buffered when a pipe's reader went
+// away and every one after it, and those offered in a forked child. The
+// header (the first bytes of each file) is not a record of the caller's and
+// is never counted.
 //
 // Paths that are not regular files (a FIFO, /dev/stdout on a pipe, a
 // character device) never block: they are opened and written with
@@ -103,12 +119,25 @@ class TORCH_MONITOR_API BufferedFileWriter {
 
   // Runs `encode(std::string& buffer)` under the buffer lock. It appends
   // whole records and returns how many (size_t). Dropped (and counted) when
-  // the buffer is over its bound or the pipe's reader went away; ignored
-  // once closed, and in a forked child (reported once).
+  // the buffer is over its bound, the pipe's reader went away, or in a
+  // forked child (reported once); ignored once closed.
   template <typename Encode>
   void append(Encode&& encode) {
     if (torch_monitor::detail::forkGeneration() != generation_) {
-      reportForkedChild(); // the parent's writer: nothing is written here
+      // The parent's writer: nothing is written here. Encoded only to count
+      // the records (mutex_ is whole in a child: it is held across fork()).
+      std::string discarded;
+      size_t records = 0;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (closed_) {
+          return;
+        }
+        records = encode(discarded);
+      }
+      dropped_.fetch_add(
+          static_cast<int64_t>(records), std::memory_order_relaxed);
+      reportForkedChild();
       return;
     }
     std::unique_lock<std::mutex> lock(mutex_);
@@ -163,7 +192,8 @@ class TORCH_MONITOR_API BufferedFileWriter {
   static constexpr std::chrono::milliseconds kCloseDrainTimeout{1000};
 
   // Test hook: while non-zero, every write fails with this errno (as a full
-  // disk would, with ENOSPC) without touching the file.
+  // disk would, with ENOSPC) without touching the file. (A write that stops
+  // part-way is made real with a file size limit, RLIMIT_FSIZE.)
   static void setWriteErrorForTesting(int error);
 
  private:
@@ -177,6 +207,18 @@ class TORCH_MONITOR_API BufferedFileWriter {
   // `waitForReader` (the default: not at all; close() passes a deadline).
   void flushLocked(bool openEvenIfIdle, Deadline waitForReader = Deadline());
   int writePending(Deadline waitForReader);
+  // After a failed write: drops the records written whole from pending_ and,
+  // in a regular file, cuts off the part of the next one that reached it,
+  // so that pending_ starts with the first record not (wholly) in the file
+  // and written_ is what of it is (0 unless the file could not be cut).
+  void keepWholeRecords();
+  // The offset of the record boundary at or before `pos` in pending_.
+  size_t recordStart(size_t pos) const;
+  // The records in `data` (which starts at a record boundary).
+  size_t countRecords(std::string_view data) const;
+  // Forgets pending_ (which starts at a record boundary) and counts its
+  // records, but for a header not yet written, in dropped_; returns them.
+  size_t dropPending();
   void endOutput();
   bool ensureFile();
   bool openNextFile();
@@ -211,6 +253,9 @@ class TORCH_MONITOR_API BufferedFileWriter {
   std::mutex ioMutex_;
   std::string pending_; // records taken from buffer_
   size_t written_ = 0; // bytes of pending_ already in the file
+  // The file's header at the front of pending_, not yet (wholly) written: a
+  // record boundary, but no record of the caller's (never counted).
+  size_t headerBytes_ = 0;
   int fd_ = -1;
   bool regularFile_ = true; // else writes guard against SIGPIPE
   bool openedOnce_ = false;

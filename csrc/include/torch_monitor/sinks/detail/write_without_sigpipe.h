@@ -1,7 +1,8 @@
 #pragma once
 
 // write(2) that can never raise SIGPIPE, for the sinks that write to pipes,
-// FIFOs or sockets. Not part of the stable API.
+// FIFOs or sockets, and the undoing of a write that stopped part-way in a
+// regular file. Not part of the stable API.
 
 #include <cstddef>
 
@@ -22,5 +23,14 @@ namespace torch_monitor::sinks::detail {
 // Thread safety: safe to call from any thread (the mask is per thread).
 TORCH_MONITOR_API ssize_t
 writeWithoutSigpipe(int fd, const void* data, size_t size) noexcept;
+
+// Takes the last `bytes` written through `fd` back out of its regular file
+// (ftruncate, and the file offset moved back too, so that the next write of
+// a file not opened with O_APPEND leaves no hole): a record that a full disk
+// cut short is not left at the end of the file. Only when those bytes are
+// still the end of the file (the offset is the file's size), so data that
+// another writer appended after them is never cut. Returns 0, or the errno
+// (EAGAIN when the bytes are no longer at the end of the file).
+TORCH_MONITOR_API int truncateLastWrite(int fd, size_t bytes) noexcept;
 
 } // namespace torch_monitor::sinks::detail
