@@ -18,18 +18,23 @@ its attributes changed across ``forward()``. The work happens in C++:
   the monitor.
 """
 
+import base64
 import copy
+import importlib
 import inspect
 import itertools
+import json
 import typing
 import warnings
 import weakref
+import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
 from . import _C, _internals, _spellings
+from .reducers import VIEW_TOLERANCE
 from ._checks import strict_bool
 
 __all__ = [
@@ -94,15 +99,17 @@ def _annotation_of_value(value):
     return _UNKNOWN
 
 
-def _forward_types(module: nn.Module):
-    """(input, output) annotations of ``module.forward`` as hooks need them.
+def _forward_types(module_class: Optional[type]):
+    """(input, output) annotations of ``module_class.forward`` as hooks need them.
 
     TorchScript checks a pre-hook's ``input`` against ``Tuple[<forward's
     argument types>]`` and a post-hook's ``output`` against forward's return
     type. Unannotated arguments are Tensors (TorchScript's default); an
     unannotated return gives ``_UNKNOWN`` (TorchScript infers it from the body).
     """
-    forward = type(module).forward
+    if module_class is None:
+        return Tuple[()], _UNKNOWN
+    forward = module_class.forward
     try:
         signature = inspect.signature(forward)
     except (TypeError, ValueError):
@@ -164,16 +171,102 @@ def {name}_eager_{arg}(self, {arg}):
 
 
 class _HookSide(typing.NamedTuple):
-    """One forward hook of a monitor: which core method it calls with which
-    value (TorchScript source, a function of ``self`` and the hook's
-    ``input``/``output``)."""
+    """One forward hook of a monitor: which core method it calls with what it
+    observes: ``"input"`` or ``"output"`` (the hook's argument), ``("path",
+    p)`` (the attribute at path p) or ``("paths", (p, ...))`` (a tuple of
+    them)."""
 
     method: str  # "before", "after" or "observe" of the monitor core
-    value: str
-    path: str = ""  # a DifferenceMonitor's attribute path (its eager hooks read it in C++)
+    what: Any
+
+    @property
+    def value(self) -> str:
+        """TorchScript source of the value (``self``, ``input``, ``output`` in
+        scope)."""
+        if isinstance(self.what, str):
+            return self.what
+        kind, paths = self.what
+        if kind == "path":
+            return _path_expression(paths)
+        return "(" + ", ".join(_path_expression(p) for p in paths) + ",)"
+
+    @property
+    def path(self) -> str:
+        """The attribute path (a DifferenceMonitor's eager hooks resolve it in
+        C++)."""
+        return self.what[1]
 
 
-def _make_hooks(key: str, module: nn.Module, pre: Optional[_HookSide], post: Optional[_HookSide]):
+# The hooks are found by name, so that a module holding a monitor pickles
+# (pickle saves a function as a reference, `module.name`): each hook is named
+# after everything it is made from, and this module gives that name back as
+# the function, making it anew in a process that has not (unpickling). The
+# live ones are kept here while they are on a module.
+_HOOK_PREFIX = "_torch_monitor_hook_"
+_HOOKS: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+
+
+def _hook_name(key: str, module_class: type, pre, post, side: str) -> str:
+    spec = {
+        "key": key,
+        "class": [module_class.__module__, module_class.__qualname__],
+        "pre": None if pre is None else [pre.method, pre.what],
+        "post": None if post is None else [post.method, post.what],
+        "side": side,
+    }
+    text = json.dumps(spec, separators=(",", ":"), sort_keys=True).encode()
+    return _HOOK_PREFIX + base64.b32encode(zlib.compress(text, 9)).decode().rstrip("=")
+
+
+def _hook_from_name(name: str):
+    """The hook ``name`` describes, made in this process (unpickling a module
+    whose monitor was made in another one)."""
+    encoded = name[len(_HOOK_PREFIX):]
+    try:
+        spec = json.loads(zlib.decompress(base64.b32decode(encoded + "=" * (-len(encoded) % 8))))
+        side = lambda entry: None if entry is None else _HookSide(entry[0], _side_what(entry[1]))  # noqa: E731
+        pre, post = side(spec["pre"]), side(spec["post"])
+        module_name, qualname = spec["class"]
+        key, which = spec["key"], spec["side"]
+    except Exception as e:
+        raise AttributeError(f"{name!r} does not name a torch_monitor monitor hook ({e})") from None
+    module_class = _importable(module_name, qualname)
+    hooks = _make_hooks(key, module_class, pre, post)
+    return hooks[0] if which == "before" else hooks[1]
+
+
+def _side_what(what):
+    if isinstance(what, str) and what in ("input", "output"):
+        return what
+    kind, paths = what
+    if kind == "path" and isinstance(paths, str):
+        return (kind, paths)
+    if kind == "paths" and all(isinstance(p, str) for p in paths):
+        return (kind, tuple(paths))
+    raise ValueError(f"not a monitored value: {what!r}")
+
+
+def _importable(module_name: str, qualname: str):
+    """The module class a hook is typed after, or None when this process
+    cannot import it (the hook is then typed as forward() returning a
+    Tensor, which only matters for torch.jit.script)."""
+    try:
+        found = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+        return found
+    except Exception:
+        return None
+
+
+def __getattr__(name: str):
+    if name.startswith(_HOOK_PREFIX):
+        hook = _HOOKS.get(name)
+        return hook if hook is not None else _hook_from_name(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _make_hooks(key: str, module_class: Optional[type], pre: Optional[_HookSide], post: Optional[_HookSide]):
     """The forward (pre-hook, hook) pair of the monitor stored as
     ``module.<key>``; either is None when that side is not observed.
 
@@ -188,7 +281,16 @@ def _make_hooks(key: str, module: nn.Module, pre: Optional[_HookSide], post: Opt
     hook's ``output`` as the previous hook's return type, so returning None
     would break the next post-hook on the module.
     """
-    input_type, output_type = _forward_types(module)
+    names = {
+        side: _hook_name(key, module_class, pre, post, side)
+        for side, hook in (("before", pre), ("after", post))
+        if hook is not None and module_class is not None
+    }
+    live = [_HOOKS.get(name) for name in names.values()]
+    if names and all(hook is not None for hook in live):
+        # Made already (for another module of this class): the same code.
+        return tuple(_HOOKS.get(names[side]) if side in names else None for side in ("before", "after"))
+    input_type, output_type = _forward_types(module_class)
     namespace = {
         "__name__": __name__,
         "_Input": input_type,
@@ -234,6 +336,10 @@ def _make_hooks(key: str, module: nn.Module, pre: Optional[_HookSide], post: Opt
     hooks = (namespace.get(f"{key}_before"), namespace.get(f"{key}_after"))
     anchor = hooks[1] if hooks[1] is not None else hooks[0]
     weakref.finalize(anchor, _internals.remove_source_from_linecache, filename)
+    for side, hook in zip(("before", "after"), hooks):
+        if side in names:
+            hook.__qualname__ = names[side]  # what pickle saves
+            _HOOKS[names[side]] = hook
     return hooks
 
 
@@ -426,7 +532,7 @@ class _Monitor(nn.Module):
         """The reducer's newest state; None before the first record."""
         return self.reducer_.peek(*args, **kwargs)
 
-    def view(self, time, tolerance: float = 1e-7) -> Optional[torch.Tensor]:
+    def view(self, time, tolerance: float = VIEW_TOLERANCE) -> Optional[torch.Tensor]:
         """The reducer's state ``time`` before the newest one."""
         return self.reducer_.view(time, tolerance)
 
@@ -555,7 +661,7 @@ class _Monitor(nn.Module):
     def _hooks_for(self, module: nn.Module):
         """(pre-hook, hook, pre-hook kwargs, hook kwargs) to register on
         ``module``; a hook is None when that side is not observed."""
-        pre, post = _make_hooks(self._key, module, *self._hook_sides())
+        pre, post = _make_hooks(self._key, type(module), *self._hook_sides())
         kwargs = {"prepend": self._prepend}
         return pre, post, kwargs, kwargs
 
@@ -752,8 +858,8 @@ class DifferenceMonitor(_Monitor):
             )
 
     def _hook_sides(self):
-        value = _path_expression(self.attr)
-        return _HookSide("before", value, self.attr), _HookSide("after", value, self.attr)
+        what = ("path", self.attr)
+        return _HookSide("before", what), _HookSide("after", what)
 
     @property
     def attr(self) -> str:
@@ -796,7 +902,7 @@ def _resolve(module: nn.Module, attr: str):
 class _ObservingMonitor(_Monitor):
     """A monitor with one hook that feeds ``map_(value)`` to the reducer when
     ``filter_(value)`` holds; subclasses say what ``value`` is
-    (``_observed_value``), when (``_as_prehook``) and how the core names it
+    (``_what_observed``), when (``_as_prehook``) and how the core names it
     in errors (``_core_name``). Defaults as in inferno (those of the core's
     ``observe``): ``filter_`` rejects None and empty tuples, ``map_`` feeds a
     tuple's elements as the reducer's inputs and any other value as its one
@@ -845,13 +951,12 @@ class _ObservingMonitor(_Monitor):
     def _core_name(self) -> str:
         return self._what
 
-    def _observed_value(self) -> str:
-        """TorchScript source of the observed value (``self``, ``input``,
-        ``output`` in scope)."""
+    def _what_observed(self):
+        """What the hook observes (see _HookSide.what)."""
         return self._what
 
     def _hook_sides(self):
-        side = _HookSide("observe", self._observed_value())
+        side = _HookSide("observe", self._what_observed())
         return (side, None) if self._as_prehook else (None, side)
 
     @property
@@ -951,8 +1056,9 @@ class StateMonitor(_ObservingMonitor):
     def _core_name(self) -> str:
         return self._attr
 
-    def _observed_value(self) -> str:
-        return _path_expression(self._attr)
+    def _what_observed(self):
+        return ("path", self._attr)
+
 
 class MultiStateMonitor(_ObservingMonitor):
     r"""Records several attributes of a module at each forward call (inferno's
@@ -1014,8 +1120,9 @@ class MultiStateMonitor(_ObservingMonitor):
     def _core_name(self) -> str:
         return ",".join(self.attrs)
 
-    def _observed_value(self) -> str:
-        return "(" + ", ".join(_path_expression(p) for p in self.attrs) + ",)"
+    def _what_observed(self):
+        return ("paths", self.attrs)
+
 
 # ------------------------------------------------- monitors in Python
 

@@ -46,6 +46,16 @@ __all__ = [
 # kind's (which keeps the observation), the history and view() stay.
 _CUSTOM_BASE_KIND = "PassthroughReducer"
 
+#: view()'s default tolerance: the C++ one (kViewTolerance), read from the
+#: TorchScript schema of Reducer.view.
+VIEW_TOLERANCE: float = next(
+    argument.default_value
+    for schema, _ in _C._script_methods("Reducer")
+    if schema.name == "view"
+    for argument in schema.arguments
+    if argument.name == "tolerance"
+)
+
 # The reducer module that owns each Reducer object a monitor may feed (its
 # script_reducer): what a monitor's
 # copy or pickle takes along (_spellings._reducer_given). Faces hash by the
@@ -292,7 +302,7 @@ class FoldReducer(nn.Module):
 
     @torch.jit.export
     def view(
-        self, time: Union[float, int, Tensor], tolerance: float = 1e-7
+        self, time: Union[float, int, Tensor], tolerance: float = VIEW_TOLERANCE
     ) -> Optional[Tensor]:
         """The state ``time`` before the newest one, interpolated between
         recorded states; ``None`` before the first step.

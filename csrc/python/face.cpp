@@ -153,10 +153,12 @@ void initFaces(py::module_& m) {
           "Calls the TorchScript method `name` (warnings become Python "
           "RuntimeWarnings; the GIL is released while it runs)")
       // A face is the C++ object it wraps: equal, and hashed, by that
-      // object (a face and the torch.ScriptObject read back from a scripted
-      // module, or returned by a method such as a monitor's reducer(), are
-      // equal, though each such read makes a new TorchScript object around
-      // it; PyTorch 2 compares the objects it lifts into a graph).
+      // object. A face equals the torch.ScriptObject read back from a
+      // scripted module or returned by a method (a monitor's reducer()),
+      // though each such read makes a new TorchScript object around it;
+      // PyTorch 2 compares the objects it lifts into a graph. (A plain
+      // torch.ScriptObject hashes by that TorchScript object: wrapped in
+      // its face it hashes as the face does.)
       .def(
           "__eq__",
           [](py::handle self, py::handle other) -> py::object {

@@ -174,7 +174,7 @@ void trainAndCheck(int64_t steps, int64_t window, double tol) {
   for (auto& hook : hooks) {
     hook.remove();
   }
-  const auto events = recorder->eventsNamed(kWatchEventName);
+  const auto events = recorder->eventsNamed(watch::kEventName);
   ASSERT_EQ(events.size(), windows.size());
   for (size_t w = 0; w < windows.size(); ++w) {
     SCOPED_TRACE("window " + std::to_string(w));
@@ -183,7 +183,7 @@ void trainAndCheck(int64_t steps, int64_t window, double tol) {
     const int64_t closedAt = w + 1 < windows.size() ? int64_t(w + 1) * window : steps - 1;
     EXPECT_EQ(events[w].step, closedAt);
   }
-  EXPECT_TRUE(recorder->eventsNamed(kNonFiniteEventName).empty());
+  EXPECT_TRUE(recorder->eventsNamed(watch::kNonFiniteEventName).empty());
   clearStep();
 }
 
@@ -235,8 +235,8 @@ TEST(Watch, NonFiniteValuesAreCountedAndNamedWithTheirFirstStep) {
     observe(*r, torch::tensor({nan, nan}), 1); // no finite element at all
     setStep(10); // closes [0, 10)
     test_hooks::setCpuTensorsTakeDevicePath(false);
-    const auto stats = recorder->eventsNamed(kWatchEventName);
-    const auto bad = recorder->eventsNamed(kNonFiniteEventName);
+    const auto stats = recorder->eventsNamed(watch::kEventName);
+    const auto bad = recorder->eventsNamed(watch::kNonFiniteEventName);
     ASSERT_EQ(stats.size(), 1u);
     ASSERT_EQ(bad.size(), 1u);
     EXPECT_EQ(bad[0].step, 10);
@@ -268,7 +268,7 @@ TEST(Watch, EveryObservesOnlyStepsDivisibleByIt) {
     }
     setStep(6);
     test_hooks::setCpuTensorsTakeDevicePath(false);
-    const auto events = recorder->eventsNamed(kWatchEventName);
+    const auto events = recorder->eventsNamed(watch::kEventName);
     ASSERT_EQ(events.size(), 1u);
     // Steps 0 and 3 only: mean 1.5, max 3, two observations of norm
     // sqrt(2)*step.
@@ -289,7 +289,7 @@ TEST(Watch, AWindowClosesAcrossSkippedStepsAndEmptyWindowsLogNothing) {
   setStep(13); // jumps over windows [4, 8) and [8, 12)
   observe(*r, torch::full({3}, 2.0));
   r->remove();
-  const auto events = recorder->eventsNamed(kWatchEventName);
+  const auto events = recorder->eventsNamed(watch::kEventName);
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].step, 13);
   EXPECT_DOUBLE_EQ(numberOf(events[0].data.at("x.output.mean")), 1.0);
@@ -326,7 +326,7 @@ TEST(Watch, TiedParametersAreWatchedOnceUnderTheirFirstName) {
   const auto grad = net->tied.grad().clone(); // both uses, summed
   watch.step(optimizer);
   watch.remove();
-  const auto events = recorder->eventsNamed(kWatchEventName);
+  const auto events = recorder->eventsNamed(watch::kEventName);
   ASSERT_EQ(events.size(), 1u);
   Oracle o;
   o.add(grad, 0);

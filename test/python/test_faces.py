@@ -107,4 +107,12 @@ def test_scripted_objects_read_back_are_equal_to_their_face():
 
     scripted = torch.jit.script(Holds())
     scripted(2.0)
-    assert scripted.stat == stat and hash(scripted.stat) == hash(stat) and stat.count == 1
+    assert scripted.stat == stat and stat.count == 1
+    # Hashed by the C++ object: the face of what is read back hashes alike.
+    assert hash(tm._faces.wrap(tm.Stat, scripted.stat)) == hash(stat)
+    reducer = tm.EMAReducer(1.0, 0.5)
+    monitor = tm.DifferenceMonitor(reducer, "weight", torch.nn.Linear(2, 2))
+    # Each read of the monitor's reducer is a new TorchScript object around
+    # the one C++ reducer: equal, and its face hashes as the module's does.
+    assert monitor.core.reducer() == reducer.script_reducer
+    assert hash(monitor.core.reducer()) == hash(reducer.script_reducer)

@@ -139,6 +139,7 @@ def face_class(cls_name):
 
 
 def build(cls_name, kwargs, tmp):
+    tmp.mkdir(parents=True, exist_ok=True)
     given = {k: (v(tmp) if callable(v) else v) for k, v in kwargs.items()}
     return face_class(cls_name)(**given)
 

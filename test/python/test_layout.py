@@ -22,7 +22,7 @@ LAYERS = [
                           "detail/blocking_lock", "detail/thread_shard",
                           "detail/accumulator", "detail/call_each"]),
     # The vocabulary and the services a Stat logs through.
-    ("core", ["version", "aggregation", "event", "step", "clock",
+    ("core", ["version", "aggregation", "event", "statistics_events", "step", "clock",
               "process_rank", "background_warnings", "event_handler"]),
     # What a Stat is made of: the engine, and the threads and registries
     # that close, merge and reset its windows (with the rank groups that

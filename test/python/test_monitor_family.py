@@ -6,13 +6,18 @@ recorded history must be equal. Then the same monitors in scripted modules
 
 import copy
 import gc
+import pathlib
 import pickle
+import sys
 import weakref
 from typing import Tuple
 
 import pytest
 import torch
 from torch import nn
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from isolated import run_isolated  # noqa: E402
 
 tm = pytest.importorskip("torch_monitor")
 
@@ -594,3 +599,76 @@ def test_monitors_of_gives_the_same_object_in_eager_and_scripted_models():
         found.set_keep_graph(value=True)
         assert found.keep_graph() is True
     assert monitor.keep_graph is True
+
+
+# ------------------------------------------------------------ pickled modules
+
+MONITORED_MODULE = '''
+import torch
+from typing import Tuple
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+        self.register_buffer("seen", torch.zeros(3))
+        self.register_buffer("other", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.add_(x.sum(0))
+        self.other.add_(1.0)
+        return self.fc(x)
+'''
+
+PICKLE_MONITORED = '''
+import pickle, sys, torch
+sys.path.insert(0, {folder!r})
+import torch_monitor as tm
+from block import Block
+
+model = Block()
+monitors = [
+    tm.DifferenceMonitor(tm.EMAReducer(1.0, 0.5, duration=2.0), "seen", model),
+    tm.InputMonitor(tm.PassthroughReducer(1.0, duration=1.0), model),
+    tm.OutputMonitor(tm.PassthroughReducer(1.0), model.fc),
+    tm.StateMonitor(tm.PassthroughReducer(1.0), "other", model),
+    tm.MultiStateMonitor(tm.PassthroughReducer(1.0), "", ("seen",), model),
+]
+model(torch.ones(2, 3))
+with open({path!r}, "wb") as f:
+    pickle.dump(model, f)
+print(sorted(m.kind() for m in tm.monitors_of(model).values()))
+'''
+
+LOAD_MONITORED = '''
+import pickle, sys, torch
+sys.path.insert(0, {folder!r})
+import torch_monitor as tm
+with open({path!r}, "rb") as f:
+    model = pickle.load(f)  # a process that never made these monitors
+found = tm.monitors_of(model)
+before = {{path: m.peek().clone() for path, m in found.items()}}
+model(torch.full((2, 3), 2.0))
+after = {{path: m.peek() for path, m in found.items()}}
+difference = next(m for m in found.values() if m.kind() == "DifferenceMonitor")
+# The buffer grew by 4 per element: the EMA of the changes 2 (saved) and 4.
+torch.testing.assert_close(difference.peek(), torch.full((3,), 3.0))
+assert all(not torch.equal(before[p], after[p]) for p in found if found[p].kind() != "StateMonitor")
+scripted = torch.jit.script(model)  # the hooks made anew are typed too
+scripted(torch.ones(2, 3))
+print(sorted(m.kind() for m in found.values()))
+'''
+
+
+def test_a_module_holding_monitors_pickles_and_records_in_a_new_process(tmp_path):
+    """pickle.dumps(module) failed (the generated hooks had no importable
+    name, issue 25); each hook is now named after what it is made from, and
+    a process that never made it makes it again on unpickling."""
+    (tmp_path / "block.py").write_text(MONITORED_MODULE)
+    path = str(tmp_path / "model.pkl")
+    kinds = ["DifferenceMonitor", "InputMonitor", "MultiStateMonitor", "OutputMonitor", "StateMonitor"]
+    saved = run_isolated(PICKLE_MONITORED.format(folder=str(tmp_path), path=path), timeout=120)
+    assert saved.stdout.strip() == str(kinds)
+    loaded = run_isolated(LOAD_MONITORED.format(folder=str(tmp_path), path=path), timeout=120)
+    assert loaded.stdout.strip() == str(kinds)

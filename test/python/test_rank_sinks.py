@@ -183,7 +183,7 @@ def test_ranks_argument_is_checked(tm, tmp_path):
         assert tb.ranks == "zero"
 
 
-def test_torchscript_writers_take_ranks_and_loaded_ones_keep_ranks_apart(tmp_path):
+def test_torchscript_writers_take_ranks_and_loaded_ones_keep_them(tmp_path):
     run_isolated(
         f"""
         import os, torch
@@ -208,11 +208,13 @@ def test_torchscript_writers_take_ranks_and_loaded_ones_keep_ranks_apart(tmp_pat
         assert m.jl.path() == os.path.join(out, "e.jsonl")
         assert dict(m.tb.__obj_flatten__())["ranks"] == "zero"
         torch.jit.save(m, os.path.join(out, "m.pt"))
-        # The saved state is as before ranks existed: a loaded writer keeps
-        # ranks apart (the default), whatever the saved one did.
+        # The saved state holds ranks (issue 25: it did not, and a loaded
+        # writer on rank 1 wrote files of its own): loaded, rank 1 still
+        # writes nothing.
         loaded = torch.jit.load(os.path.join(out, "m.pt"))
-        assert loaded.tb.file_path().startswith(os.path.join(out, "tb", "rank1")), (
-            loaded.tb.file_path())
+        loaded(torch.ones(2))
+        assert dict(loaded.tb.__obj_flatten__())["ranks"] == "zero"
+        assert loaded.tb.file_path() == "" and not os.path.exists(os.path.join(out, "tb"))
         """
     )
 

@@ -12,27 +12,26 @@ configuration, which traced code may.
 """
 
 import datetime
+import pathlib
+import sys
 
 import pytest
 import torch
 
 tm = pytest.importorskip("torch_monitor")
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import test_law_round_trip as law  # noqa: E402  (the registry and a sample of each class)
+
 
 def make_objects(tmp_path):
-    """{class name: a fresh object}; sinks write under tmp_path."""
+    """{class name: a fresh object}, for every class of the registry: the
+    first sample construction of the round-trip law (sinks write under
+    tmp_path)."""
     return {
-        "Stat": tm.Stat("kw.stat", [tm.MEAN], 3600.0),
-        "IntStat": tm.IntStat("kw.int", [tm.SUM], window_steps=10),
-        "WaitCounter": tm.WaitCounter("kw.wait", 3600.0),
-        "TensorBoardWriter": tm.TensorBoardWriter(tmp_path / "tb", flush_interval=3600.0),
-        "JsonLinesWriter": tm.JsonLinesWriter(tmp_path / "e.jsonl", flush_interval=3600.0),
-        "ConsoleHandler": tm.ConsoleHandler("stderr", event_names=["none"]),
-        "MemoryHandler": tm.MemoryHandler(4),
-        "PrometheusExporter": tm.PrometheusExporter(0),
-        "PrometheusTextFile": tm.PrometheusTextFile(tmp_path / "m.prom"),
-        # The object every monitor keeps on its module (monitors_of's values).
-        "DifferenceMonitor": tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "weight").core,
+        name: law.build(name, samples[0], tmp_path / name)
+        for name, samples in law.SAMPLES.items()
+        if name in CLASSES
     }
 
 
@@ -49,6 +48,17 @@ KWARGS = {
     "set_eval_update": {"value": True},
     "set_keep_graph": {"value": False},
     "view": {"time": 0.0, "tolerance": 1e-7},
+    # Reducer
+    "forward": {"inputs": [torch.ones(2)]},
+    "set_step_time": {"value": 0.5},
+    "set_duration": {"value": 2.0},
+    "set_inclusive": {"value": True},
+    "set_inplace": {"value": True},
+    "set_param": {"name": "time_constant", "value": 3.0},
+    "set_criterion": {"name": "gt", "threshold": 0.25},
+    "to": {"device": torch.device("cpu"), "dtype": torch.float32},
+    # Watch (its sample's key 0 is a gradient)
+    "observe_watch": {"values": [torch.ones(3)], "keys": [0], "before": []},
 }
 # IntStat.add takes ints.
 INT_KWARGS = {"add": {"value": 2}, "add_tensor": {"values": torch.ones(3, dtype=torch.int64)}}
@@ -59,9 +69,12 @@ SIDE_EFFECTS = {
     "add", "add_tensor", "add_scalar", "add_histogram", "flush", "register", "unregister",
     "before", "after", "observe", "forget", "forget_all",
     "set_train_update", "set_eval_update", "set_keep_graph",
+    "forward", "set_step_time", "set_duration", "set_inclusive", "set_inplace", "set_param",
+    "set_criterion", "to", "optimizer_stepped",
 }
-# Ending an object's life is not something the test does in graphs.
-SKIPPED = {"close", "clear", "guard", "render"}
+# Ending an object's life is not something the test does in graphs, nor
+# replacing its whole history (set_storage, load_state: test_monitor_state.py).
+SKIPPED = {"close", "clear", "guard", "render", "remove", "set_storage", "load_state"}
 
 
 def public_methods(obj):
@@ -73,16 +86,14 @@ def public_methods(obj):
         if name.startswith("__") or name in SKIPPED:
             continue
         table = INT_KWARGS if cls == "IntStat" and name in INT_KWARGS else KWARGS
-        assert name in table or len(schema.arguments) == 1, f"{cls}.{name} needs example arguments"
-        methods.append((name, table.get(name, {})))
+        key = f"{name}_watch" if cls == "Watch" and f"{name}_watch" in table else name
+        assert key in table or len(schema.arguments) == 1, f"{cls}.{name} needs example arguments"
+        methods.append((name, table.get(key, {})))
     return methods
 
 
-CLASSES = [
-    "Stat", "IntStat", "WaitCounter", "TensorBoardWriter", "JsonLinesWriter",
-    "ConsoleHandler", "MemoryHandler", "PrometheusExporter", "PrometheusTextFile",
-    "DifferenceMonitor",
-]
+# Every class of the registry a user holds a face of.
+CLASSES = [name for name in law.CLASSES if name not in law.NO_FACE]
 
 
 @pytest.fixture
@@ -130,9 +141,48 @@ def test_eager_and_torchscript_take_the_same_keywords(objects, cls):
         cu.call(obj, **kwargs)
 
 
+@pytest.mark.parametrize("cls", CLASSES)
+def test_constructors_take_the_same_keywords_in_eager_and_torchscript(cls, tmp_path):
+    """The documented Python construction, written in TorchScript with the
+    same keywords, makes an object of the same configuration."""
+    for index, sample in enumerate(law.SAMPLES[cls]):
+        kwargs = {k: (v(tmp_path / str(index)) if callable(v) else v) for k, v in sample.items()}
+        kwargs = {k: str(v) if isinstance(v, pathlib.PurePath) else v for k, v in kwargs.items()}
+        eager = law.face_class(cls)(**kwargs)
+        expected = law.config(eager)
+        law.close(eager)  # a sink's output (a port) is free again
+        objects = {k: v for k, v in kwargs.items() if isinstance(v, torch.ScriptObject)}
+        args = ", ".join(f"{k}: {type_name(v)}" for k, v in objects.items())
+        call = ", ".join(f"{k}={k if k in objects else literal(v)}" for k, v in kwargs.items())
+        source = (
+            f"def make({args}):\n"
+            f"    return torch.classes.torch_monitor.{cls}({call})\n"
+        )
+        scripted = torch.jit.CompilationUnit(source).make(**objects)
+        assert law.config(scripted) == expected, source
+        law.close(scripted)
+
+
+def literal(value):
+    """``value`` as TorchScript source (a list or dict typed by its items)."""
+    return repr(value)
+
+
 def type_name(value):
+    """TorchScript's name of the type of ``value``."""
     if isinstance(value, torch.Tensor):
         return "torch.Tensor"
+    if isinstance(value, torch.device):
+        return "torch.device"
+    if isinstance(value, torch.dtype):
+        return "torch.dtype"
+    if isinstance(value, torch.ScriptObject):
+        return value._type().qualified_name()
+    if isinstance(value, list):
+        return f"List[{type_name(value[0]) if value else 'torch.Tensor'}]"
+    if isinstance(value, dict):
+        key, item = next(iter(value.items()))
+        return f"Dict[{type_name(key)}, {type_name(item)}]"
     return type(value).__name__
 
 

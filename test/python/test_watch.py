@@ -618,7 +618,7 @@ def test_sinks_take_watch_events_as_they_take_stat_events(tmp_path):
     for statistic in ("rms", "mean", "min", "max", "abs_max", "norm", "nonfinite", "zero_frac"):
         assert f'torch_monitor_fc1_weight_grad{{aggregation="{statistic}"}}' in text, statistic
     assert 'torch_monitor_fc1_weight_update{aggregation="ratio"}' in text
-    assert "torch_monitor watch 'fc1.weight.grad': last closed window" in text
+    assert "torch_monitor.Watch 'fc1.weight.grad': last closed window" in text
 
 
 def test_memory_counters_are_absent_without_cuda(events):

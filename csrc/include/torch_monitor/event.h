@@ -63,13 +63,8 @@ TORCH_MONITOR_API std::chrono::time_point<std::chrono::system_clock>
 fromEpochMicros(int64_t micros);
 
 // Name of the events emitted when a Stat window closes (kept identical to
-// torch.monitor so handlers written for it keep matching).
+// torch.monitor so handlers written for it keep matching). Other producers
+// of statistics register theirs (statistics_events.h).
 inline constexpr const char* kStatEventName = "torch.monitor.Stat";
-// Name of the events a watch logs when its window closes (one number per
-// "<path>.<kind>.<statistic>"), and of those naming the keys that saw
-// non-finite values in that window (each key's first step with one); see
-// watch/recorder.h.
-inline constexpr const char* kWatchEventName = "torch_monitor.Watch";
-inline constexpr const char* kNonFiniteEventName = "torch_monitor.NonFinite";
 
 } // namespace torch_monitor

@@ -1,5 +1,6 @@
 #include <torch_monitor/detail/text.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -69,6 +70,10 @@ size_t firstInvalidByte(std::string_view text) noexcept {
 
 bool isValidText(std::string_view text) noexcept {
   return firstInvalidByte(text) == std::string_view::npos;
+}
+
+size_t validTextPrefix(std::string_view text) noexcept {
+  return std::min(firstInvalidByte(text), text.size());
 }
 
 void checkText(std::string_view text, std::string_view what) {

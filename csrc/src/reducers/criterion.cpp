@@ -13,44 +13,62 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
+// The built-in criteria: their names, in the order messages list them, and
+// what each computes. builtinNames() and builtin() both read this table.
+struct BuiltinCriterion {
+  const char* name;
+  at::Tensor (*apply)(const at::Tensor& x, double threshold);
+};
+
+const std::vector<BuiltinCriterion>& builtinTable() {
+  static const std::vector<BuiltinCriterion> table{
+      {"eq", [](const at::Tensor& x, double t) { return at::eq(x, t); }},
+      {"ne", [](const at::Tensor& x, double t) { return at::ne(x, t); }},
+      {"gt", [](const at::Tensor& x, double t) { return at::gt(x, t); }},
+      {"ge", [](const at::Tensor& x, double t) { return at::ge(x, t); }},
+      {"lt", [](const at::Tensor& x, double t) { return at::lt(x, t); }},
+      {"le", [](const at::Tensor& x, double t) { return at::le(x, t); }},
+      // Bool inputs are their own mask; the comparison would give the same.
+      {"nonzero",
+       [](const at::Tensor& x, double) {
+         return x.scalar_type() == at::kBool ? x : at::ne(x, 0);
+       }}};
+  return table;
+}
+
 } // namespace
 
 const std::vector<std::string>& Criterion::builtinNames() {
-  static const std::vector<std::string> names{
-      "eq", "ne", "gt", "ge", "lt", "le", "nonzero"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const BuiltinCriterion& c : builtinTable()) {
+      out.emplace_back(c.name);
+    }
+    return out;
+  }();
   return names;
 }
 
 Criterion Criterion::builtin(const std::string& name, double threshold) {
-  Function fn;
-  if (name == "eq") {
-    fn = [threshold](const at::Tensor& x) { return at::eq(x, threshold); };
-  } else if (name == "ne") {
-    fn = [threshold](const at::Tensor& x) { return at::ne(x, threshold); };
-  } else if (name == "gt") {
-    fn = [threshold](const at::Tensor& x) { return at::gt(x, threshold); };
-  } else if (name == "ge") {
-    fn = [threshold](const at::Tensor& x) { return at::ge(x, threshold); };
-  } else if (name == "lt") {
-    fn = [threshold](const at::Tensor& x) { return at::lt(x, threshold); };
-  } else if (name == "le") {
-    fn = [threshold](const at::Tensor& x) { return at::le(x, threshold); };
-  } else if (name == "nonzero") {
-    // Bool inputs are their own mask; the comparison would give the same.
-    fn = [](const at::Tensor& x) {
-      return x.scalar_type() == at::kBool ? x : at::ne(x, 0);
-    };
-    threshold = 0.0;
-  } else {
-    TORCH_CHECK_VALUE(
-        false,
-        "unknown criterion '",
-        name,
-        "'; the built-in criteria are ",
-        joined(builtinNames()),
-        " (compared with a threshold), or pass a callable from Python");
+  for (const BuiltinCriterion& c : builtinTable()) {
+    if (name == c.name) {
+      // "nonzero" takes no threshold: it is 0 in its repr and state.
+      const double t = name == "nonzero" ? 0.0 : threshold;
+      auto apply = c.apply;
+      return Criterion(
+          [apply, t](const at::Tensor& x) { return apply(x, t); },
+          name,
+          t,
+          /*builtin=*/true);
+    }
   }
-  return Criterion(std::move(fn), name, threshold, /*builtin=*/true);
+  TORCH_CHECK_VALUE(
+      false,
+      "unknown criterion '",
+      name,
+      "'; the built-in criteria are ",
+      joined(builtinNames()),
+      " (compared with a threshold), or pass a callable from Python");
 }
 
 Criterion Criterion::custom(Function fn, std::string description) {

@@ -1,6 +1,10 @@
 #include <torch_monitor/script/config.h>
 
+#include <algorithm>
+
 #include <ATen/core/function.h>
+
+#include <torch_monitor/detail/text.h>
 #include <ATen/core/function_schema.h>
 
 namespace torch_monitor::script {
@@ -13,6 +17,44 @@ c10::IValue flattenConfig(Config config) {
         c10::ivalue::Tuple::create(c10::IValue(key), std::move(value)));
   }
   return c10::ivalue::Tuple::create(std::move(items));
+}
+
+void checkTextArgument(const std::string& what, const std::string& text) {
+  torch_monitor::detail::checkText(text, what);
+}
+
+void checkTextArgument(const std::string& what, const c10::IValue& value) {
+  checkTextIn(value, what);
+}
+
+void checkTextIn(const c10::IValue& value, const std::string& what) {
+  if (value.isString()) {
+    torch_monitor::detail::checkText(value.toStringRef(), what);
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) {
+      checkTextIn(item, what);
+    }
+  } else if (value.isTuple()) {
+    for (const c10::IValue& item : value.toTupleRef().elements()) {
+      checkTextIn(item, what);
+    }
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) {
+      checkTextIn(entry.key(), what);
+      checkTextIn(entry.value(), what);
+    }
+  }
+  // Objects (a reducer inside a monitor's state) check their own state.
+}
+
+std::vector<std::string> constructorArgumentNames(const c10::ClassTypePtr& cls) {
+  const auto& arguments = cls->getMethod("__init__").getSchema().arguments();
+  std::vector<std::string> names;
+  for (size_t i = 1; i < arguments.size(); ++i) {
+    names.push_back(
+        cls->name()->name() + "() argument '" + arguments[i].name() + "'");
+  }
+  return names;
 }
 
 namespace {
@@ -89,6 +131,7 @@ std::vector<c10::IValue> savedConstructorArguments(
     const c10::IValue& state,
     int64_t version,
     const std::vector<LegacyState>& legacy) {
+  checkTextIn(state, cls->name()->name() + "'s saved state");
   std::map<std::string, c10::IValue> values =
       namedValues(cls, state, version, legacy);
   const c10::FunctionSchema& schema =

@@ -24,20 +24,6 @@ constexpr std::array<std::string_view, 6> kKinds = {
 
 using Self = c10::intrusive_ptr<ScriptDifferenceMonitor>;
 
-// view() takes a number (one time for every element) or a tensor.
-at::Tensor timeTensor(const c10::IValue& time) {
-  if (time.isDouble()) {
-    return at::scalar_tensor(time.toDouble(), at::kDouble);
-  }
-  if (time.isInt()) {
-    return at::scalar_tensor(static_cast<double>(time.toInt()), at::kDouble);
-  }
-  TORCH_CHECK_TYPE(
-      time.isTensor(),
-      "DifferenceMonitor.view: time must be a float, an int or a Tensor, got ",
-      time.tagKind());
-  return time.toTensor();
-}
 
 void defineDifferenceMonitorClass(torch::Library& m) {
   auto cls = m.class_<ScriptDifferenceMonitor>("DifferenceMonitor");
@@ -52,7 +38,7 @@ void defineDifferenceMonitorClass(torch::Library& m) {
         {"has_custom_callables", monitor.hasCustomCallables()}};
   });
   cls.def(
-          torch::init([](c10::intrusive_ptr<ScriptReducer> reducer,
+          torch::init(textChecked([](c10::intrusive_ptr<ScriptReducer> reducer,
                          std::string name,
                          bool trainUpdate,
                          bool evalUpdate,
@@ -65,7 +51,7 @@ void defineDifferenceMonitorClass(torch::Library& m) {
                 evalUpdate,
                 keepGraph,
                 std::move(kind));
-          }),
+          })),
           "DifferenceMonitor(reducer, name, train_update=True, "
           "eval_update=True, keep_graph=False, kind='DifferenceMonitor'): "
           "feeds reducer the difference "
@@ -174,13 +160,15 @@ void defineDifferenceMonitorClass(torch::Library& m) {
       .def(
           "view",
           [](const Self& self, c10::IValue time, double tolerance) {
-            return self->monitor().reducer()->view(timeTensor(time), tolerance);
+            return self->monitor().reducer()->view(
+                viewTime(time, "DifferenceMonitor"), tolerance);
           },
           "the reducer's state `time` before the newest one",
-          {torch::arg("time"), torch::arg("tolerance") = 1e-7})
+          {torch::arg("time"), torch::arg("tolerance") = kViewTolerance})
       .def_pickle(
           [](const Self& self) { return self->state(); },
           [](c10::IValue state) {
+            checkTextIn(state, "DifferenceMonitor's saved state");
             return ScriptDifferenceMonitor::fromState(std::move(state));
           });
 }

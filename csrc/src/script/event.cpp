@@ -182,13 +182,13 @@ void registerEventClassAndOps(torch::Library& m) {
     return Config{{"name", self.event().name}};
   });
   cls.def(
-         torch::init([](std::string name) {
+         torch::init(textChecked([](std::string name) {
            detail::checkText(name, "Event name");
            Event event;
            event.name = std::move(name);
            event.timestamp = std::chrono::system_clock::now();
            return c10::make_intrusive<ScriptEvent>(std::move(event));
-         }),
+         })),
          "Event(name): an event stamped with the current time",
          {torch::arg("name")})
       .def(
@@ -230,6 +230,7 @@ void registerEventClassAndOps(torch::Library& m) {
             return self->state();
           },
           [](ScriptEvent::State state) {
+            checkTextIn(c10::IValue(state), "Event's saved state");
             return ScriptEvent::fromState(std::move(state));
           });
   defineSetter<double>(cls, "set_float");

@@ -4,6 +4,7 @@
 #include <map>
 
 #include <ATen/ops/alias.h>
+#include <ATen/ops/scalar_tensor.h>
 
 #include <torch_monitor/reducers/factory.h>
 #include <torch_monitor/script/config.h>
@@ -42,24 +43,6 @@ Criterion criterionFromName(const std::string& name, double threshold) {
   return Criterion::builtin(name, threshold);
 }
 
-// A time given to view(): a number (one time for every element) or a
-// tensor (see FoldReducer::view).
-std::optional<at::Tensor> viewAt(
-    FoldReducer& reducer,
-    const c10::IValue& time,
-    double tolerance) {
-  if (time.isDouble()) {
-    return reducer.view(time.toDouble(), tolerance);
-  }
-  if (time.isInt()) {
-    return reducer.view(static_cast<double>(time.toInt()), tolerance);
-  }
-  TORCH_CHECK_TYPE(
-      time.isTensor(),
-      "Reducer.view: time must be a float, an int or a Tensor, got ",
-      time.tagKind());
-  return reducer.view(time.toTensor(), tolerance);
-}
 
 // Throws c10::ValueError when the reducer runs Python code (a Python
 // reducer whose forward is overridden, or a fold written in Python): saving
@@ -201,6 +184,18 @@ c10::intrusive_ptr<ScriptReducer> ScriptReducer::fromState(const State& state) {
   return c10::make_intrusive<ScriptReducer>(std::move(reducer));
 }
 
+at::Tensor viewTime(const c10::IValue& time, const char* owner) {
+  if (time.isDouble() || time.isInt()) {
+    return at::scalar_tensor(time.toScalar().toDouble(), at::kDouble);
+  }
+  TORCH_CHECK_TYPE(
+      time.isTensor(),
+      owner,
+      ".view: time must be a float, an int or a Tensor, got ",
+      time.tagKind());
+  return time.toTensor();
+}
+
 void registerReducerClasses(torch::Library& m) {
   auto cls = m.class_<ScriptReducer>("Reducer");
   defineFlatten(cls, [](ScriptReducer& self) {
@@ -218,7 +213,7 @@ void registerReducerClasses(torch::Library& m) {
         {"criterion", criterion ? criterion->repr() : std::string()}};
   });
   cls.def(
-          torch::init([](const std::string& kind,
+          torch::init(textChecked([](const std::string& kind,
                          double stepTime,
                          double duration,
                          bool inclusive,
@@ -234,7 +229,7 @@ void registerReducerClasses(torch::Library& m) {
                 inplace,
                 params ? toMap(*params) : std::map<std::string, double>(),
                 criterionFromName(criterion, threshold)));
-          }),
+          })),
           "Reducer(kind, step_time, duration=0.0, inclusive=False, "
           "inplace=False, params=None, criterion='', threshold=0.0): kind is "
           "an inferno class name such as 'EMAReducer'; params its parameters "
@@ -266,11 +261,11 @@ void registerReducerClasses(torch::Library& m) {
       .def(
           "view",
           [](const Self& self, const c10::IValue& time, double tolerance) {
-            return viewAt(self->fold(), time, tolerance);
+            return self->reducer()->view(viewTime(time, "Reducer"), tolerance);
           },
           "the state `time` before the newest (a float, or a tensor of times "
           "per element), interpolated between recorded states",
-          {torch::arg("time"), torch::arg("tolerance") = 1e-7})
+          {torch::arg("time"), torch::arg("tolerance") = kViewTolerance})
       .def(
           "clear",
           [](const Self& self, bool keepshape) {
@@ -377,6 +372,7 @@ void registerReducerClasses(torch::Library& m) {
       .def_pickle(
           [](const Self& self) { return self->state(/*forSaving=*/true); },
           [](ScriptReducer::State state) {
+            checkTextIn(c10::IValue(state), "Reducer's saved state");
             return ScriptReducer::fromState(state);
           });
 }

@@ -1,6 +1,7 @@
 #include <torch_monitor/script/registration.h>
 
 #include <torch_monitor/step.h>
+#include <torch_monitor/watch/recorder.h>
 
 namespace torch_monitor::script {
 
@@ -36,6 +37,10 @@ void registerStepOps(torch::Library& m) {
 // The only TORCH_LIBRARY block of the project: loading libtorch_monitor.so
 // (torch.ops.load_library, dlopen, or linking it) registers everything.
 TORCH_LIBRARY(torch_monitor, m) {
+  // The producers of statistics register their events before any sink is
+  // made: the sinks of statistics take what is registered (TensorBoardWriter's
+  // default event names are read below).
+  torch_monitor::watch::registerEvents();
   torch_monitor::script::registerStatClasses(m);
   torch_monitor::script::registerWaitCounterClasses(m);
   torch_monitor::script::registerEventClassAndOps(m);

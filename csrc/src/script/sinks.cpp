@@ -216,7 +216,7 @@ void registerTensorBoardWriter(torch::Library& m) {
   },
       {{1, {"log_dir", "flush_interval", "max_buffer_bytes", "event_names", "step_key"}}});
   cls.def(
-      torch::init(&makeTensorBoardWriter),
+      torch::init(textChecked(&makeTensorBoardWriter)),
       "Writes events as TensorBoard scalars, natively (no protobuf, no "
       "TensorFlow).\n"
       "\n"
@@ -296,9 +296,9 @@ void registerTensorBoardWriter(torch::Library& m) {
       {torch::arg("log_dir"),
        torch::arg("flush_interval") = 1.0,
        torch::arg("max_buffer_bytes") = int64_t(32) << 20,
+       // Every event of statistics registered when the library loaded.
        torch::arg("event_names") =
-           c10::IValue(c10::List<std::string>(
-               {std::string(kStatEventName), std::string(kWatchEventName)})),
+           c10::IValue(c10::List<std::string>(statisticsEventNames())),
        torch::arg("step_key") = c10::IValue(),
        torch::arg("ranks") = std::string("separate")});
   defineSinkMethods(cls)
@@ -433,7 +433,7 @@ void registerJsonLinesWriter(torch::Library& m) {
   },
       {{1, {"path", "flush_interval", "max_buffer_bytes", "event_names"}}});
   cls.def(
-      torch::init(&makeJsonLinesWriter),
+      torch::init(textChecked(&makeJsonLinesWriter)),
       "Appends one JSON object per event and line to ``path`` (JSON "
       "Lines).\n"
       "\n"
@@ -526,9 +526,9 @@ void registerConsoleHandler(torch::Library& m) {
   },
       {{1, {"stream", "event_names"}}});
   cls.def(
-      torch::init([](std::string stream, std::vector<std::string> names) {
+      torch::init(textChecked([](std::string stream, std::vector<std::string> names) {
         return makeConsoleHandler(stream, std::move(names));
-      }),
+      })),
       "Prints one human-readable line per event to ``\"stderr\"`` (default) "
       "or ``\"stdout\"``.\n"
       "\n"
@@ -582,7 +582,7 @@ void registerMemoryHandler(torch::Library& m) {
   },
       {{1, {"capacity", "event_names"}}});
   cls.def(
-      torch::init(&makeMemoryHandler),
+      torch::init(textChecked(&makeMemoryHandler)),
       "Keeps the last ``capacity`` events in memory, for tests and "
       "notebooks.\n"
       "\n"
@@ -671,7 +671,7 @@ void registerPrometheusExporter(torch::Library& m) {
   },
       {{1, {"port", "host", "labels"}}});
   cls.def(
-      torch::init(&makePrometheusExporter),
+      torch::init(textChecked(&makePrometheusExporter)),
       "Serves every Stat's last closed window at ``GET /metrics`` for "
       "Prometheus.\n"
       "\n"
@@ -740,7 +740,7 @@ void registerPrometheusTextFile(torch::Library& m) {
   },
       {{1, {"path", "labels"}}});
   cls.def(
-      torch::init(&makePrometheusTextFile),
+      torch::init(textChecked(&makePrometheusTextFile)),
       "Writes what ``PrometheusExporter`` serves to a ``.prom`` file.\n"
       "\n"
       "For node_exporter's textfile collector: at every Stat window close "

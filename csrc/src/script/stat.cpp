@@ -63,7 +63,7 @@ void defineStatClass(torch::Library& m, const char* className) {
         {"sync_ranks", stat.syncsRanks()}};
   });
   cls.def(
-          torch::init([](std::string name,
+          torch::init(textChecked([](std::string name,
                          c10::IValue aggregations,
                          c10::IValue windowSize,
                          int64_t maxSamples,
@@ -83,7 +83,7 @@ void defineStatClass(torch::Library& m, const char* className) {
               holder->stat().syncRanks(nullptr); // the process default group
             }
             return holder;
-          }),
+          })),
           std::is_same_v<T, double>
               ? "Windowed aggregations of float samples, compatible with "
                 "torch.monitor.Stat.\n\n"
@@ -183,7 +183,10 @@ void defineStatClass(torch::Library& m, const char* className) {
           })
       .def_pickle(
           [](const c10::intrusive_ptr<Holder>& self) { return self->state(); },
-          [](c10::IValue state) { return Holder::fromState(state); });
+          [](c10::IValue state) {
+            checkTextIn(state, "Stat's saved state");
+            return Holder::fromState(state);
+          });
 }
 
 } // namespace

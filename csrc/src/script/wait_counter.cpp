@@ -106,14 +106,14 @@ void registerWaitCounterClasses(torch::Library& m) {
   });
   counter
       .def(
-          torch::init([](std::string key,
+          torch::init(textChecked([](std::string key,
                          const c10::IValue& windowSize,
                          bool closeOnTime) {
             return c10::make_intrusive<Counter>(
                 std::move(key),
                 windowFromIValue(windowSize),
                 closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
-          }),
+          })),
           "A named duration counter (torch.monitor's _WaitCounter). Each "
           "unit of work timed by `with counter.guard():` is one sample, its "
           "duration in microseconds, of a Stat named after the key, which "
@@ -157,7 +157,10 @@ void registerWaitCounterClasses(torch::Library& m) {
           })
       .def_pickle(
           [](const c10::intrusive_ptr<Counter>& self) { return self->state(); },
-          [](c10::IValue state) { return Counter::fromState(state); });
+          [](c10::IValue state) {
+            checkTextIn(state, "WaitCounter's saved state");
+            return Counter::fromState(state);
+          });
 }
 
 } // namespace torch_monitor::script

@@ -110,7 +110,7 @@ void registerWatch(torch::Library& m) {
     return configOf(self);
   });
   cls.def(
-      torch::init(&makeWatch),
+      torch::init(textChecked(&makeWatch)),
       "Watch(paths, kinds, window_steps=0, window_seconds=0.0, every=1, "
       "histograms_every=0, writer=None, memory=False, sync_ranks=False, "
       "device='cpu'): the recorder of torch_monitor.watch(); keys "

@@ -27,11 +27,16 @@
 #include <torch_monitor/rank_sync.h>
 #include <torch_monitor/sinks/tensorboard_writer.h>
 #include <torch_monitor/stat.h>
+#include <torch_monitor/statistics_events.h>
 #include <torch_monitor/step.h>
 #include <torch_monitor/watch/memory.h>
 #include <torch_monitor/watch/statistics.h>
 
 namespace torch_monitor::watch {
+
+void registerEvents() {
+  registerStatisticsEvent(kEventName, StatisticSuffix::kLastPart);
+}
 
 using column::kColumns;
 
@@ -137,7 +142,7 @@ std::vector<Event> eventsOf(
     const std::vector<std::pair<std::string, int64_t>>& memory,
     std::optional<int64_t> ranks) {
   Event watch;
-  watch.name = kWatchEventName;
+  watch.name = kEventName;
   watch.timestamp = std::chrono::system_clock::now();
   watch.step = step;
   Event nonFinite = watch;

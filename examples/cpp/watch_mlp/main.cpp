@@ -68,7 +68,7 @@ double number(const torch_monitor::Event& e, const std::string& key) {
 class WatchPrinter : public torch_monitor::EventHandler {
  public:
   void handle(const torch_monitor::Event& e) override {
-    if (e.name != torch_monitor::kWatchEventName) {
+    if (e.name != torch_monitor::watch::kEventName) {
       return;
     }
     events.push_back(e);

@@ -19,6 +19,10 @@ namespace torch_monitor::detail {
 TORCH_MONITOR_API void checkText(std::string_view text, std::string_view what);
 // The same test without the exception (no allocation).
 TORCH_MONITOR_API bool isValidText(std::string_view text) noexcept;
+// How many bytes of `text` are valid text before the first that is not (a
+// NUL, or a byte that does not start a whole UTF-8 sequence): its size when
+// all are.
+TORCH_MONITOR_API size_t validTextPrefix(std::string_view text) noexcept;
 
 // What an exception says, for a warning: a c10::Error's message without its
 // C++ backtrace (which what() appends, dozens of frames that tell a user

@@ -84,9 +84,9 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   // step reads that step, beyond either end too.
   std::optional<at::Tensor> view(
       const at::Tensor& time,
-      double tolerance = 1e-7) const final;
+      double tolerance = kViewTolerance) const final;
   // One time for every element.
-  std::optional<at::Tensor> view(double time, double tolerance = 1e-7) const;
+  std::optional<at::Tensor> view(double time, double tolerance = kViewTolerance) const;
   void clear(bool keepshape = false) final;
   bool forwardInto(
       const at::Tensor& like,

@@ -10,6 +10,11 @@
 
 namespace torch_monitor {
 
+// How far (in the reducer's time unit) a time given to view() may be from a
+// recorded step and still read that step exactly: the default of every
+// view(), in C++, TorchScript and Python (its schema's default).
+inline constexpr double kViewTolerance = 1e-7;
+
 // What a monitor feeds: folds the inputs of each step into a state and keeps
 // a history of the last states in tensors (on the CPU or CUDA).
 // Thread safety: up to the implementation; every reducer of this library
@@ -34,7 +39,7 @@ class TORCH_MONITOR_API Reducer {
   // times). nullopt before the first step.
   virtual std::optional<at::Tensor> view(
       const at::Tensor& time,
-      double tolerance = 1e-7) const = 0;
+      double tolerance = kViewTolerance) const = 0;
   // Back to the initial state; `keepshape` keeps the storage allocated.
   virtual void clear(bool keepshape = false) = 0;
 

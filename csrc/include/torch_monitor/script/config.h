@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include <ATen/core/ivalue.h>
+#include <c10/util/TypeList.h>
 #include <torch/custom_class.h>
 
 namespace torch_monitor::script {
@@ -25,13 +27,16 @@ using Config = std::vector<std::pair<std::string, c10::IValue>>;
 // ((key, value), ...) as PyTorch 2 expects from __obj_flatten__.
 c10::IValue flattenConfig(Config config);
 
+
 // Gives a custom class what torch.compile and torch.export need of it:
 // * __obj_flatten__: they build the class's fake object (torch_monitor._fake)
 //   from what it returns, and Dynamo guards on it. `config(self)` must
 //   therefore list configuration only; a per-step number there would
 //   recompile every step.
-// * __eq__, by identity: PT2 compares the objects it lifts into a graph, and
-//   torch.ScriptObject's == raises for a class without one.
+// * __eq__, by the C++ object: PT2 compares the objects it lifts into a
+//   graph, and torch.ScriptObject's == raises for a class without one. Each
+//   read of an object held by another (a monitor's reducer()) wraps it in a
+//   new TorchScript object, equal to the first.
 template <class Holder, class ConfigOf>
 torch::class_<Holder>& defineFlatten(
     torch::class_<Holder>& cls,
@@ -50,6 +55,73 @@ torch::class_<Holder>& defineFlatten(
                 c10::getCustomClassType<c10::intrusive_ptr<Holder>>() &&
                 other.toCustomClass<Holder>().get() == self.get();
           });
+}
+
+// Text: every string a torch_monitor object is made from passes the one
+// check (detail::checkText: UTF-8 without NUL) before the object sees it,
+// whatever the class. textChecked() wraps a constructor's function (what
+// torch::init takes) so that its text arguments are checked, each named as
+// the class's schema names it ("Stat() argument 'name'"); checkTextIn()
+// walks a saved state before it is loaded ("Stat's saved state"). A class
+// registered through them needs no check of its own. Each throws
+// c10::ValueError.
+void checkTextIn(const c10::IValue& value, const std::string& what);
+
+template <class T>
+void checkTextArgument(const std::string&, const T&) {} // holds no text
+void checkTextArgument(const std::string& what, const std::string& text);
+void checkTextArgument(const std::string& what, const c10::IValue& value);
+// (Declared together so that each finds the others for what it holds.)
+template <class T>
+void checkTextArgument(const std::string& what, const std::vector<T>& values);
+template <class T>
+void checkTextArgument(const std::string& what, const std::optional<T>& value);
+template <class K, class V>
+void checkTextArgument(const std::string& what, const c10::Dict<K, V>& values);
+template <class T>
+void checkTextArgument(const std::string& what, const std::vector<T>& values) {
+  for (const T& value : values) {
+    checkTextArgument(what, value);
+  }
+}
+template <class T>
+void checkTextArgument(const std::string& what, const std::optional<T>& value) {
+  if (value) {
+    checkTextArgument(what, *value);
+  }
+}
+template <class K, class V>
+void checkTextArgument(const std::string& what, const c10::Dict<K, V>& values) {
+  for (const auto& entry : values) {
+    checkTextArgument(what, entry.key());
+    checkTextArgument(what, entry.value());
+  }
+}
+
+// "Stat() argument 'name'", ... for each argument of class `cls`'s
+// constructor schema (without self).
+std::vector<std::string> constructorArgumentNames(const c10::ClassTypePtr& cls);
+
+template <class F, class... Args>
+auto textCheckedFunction(F function, c10::guts::typelist::typelist<Args...>) {
+  using Holder = typename std::invoke_result_t<F, Args...>::element_type;
+  return [function](Args... args) {
+    // Read from the registered schema once (the first construction, on the
+    // constructing thread).
+    static const std::vector<std::string> names = constructorArgumentNames(
+        c10::getCustomClassType<c10::intrusive_ptr<Holder>>());
+    size_t i = 0;
+    (checkTextArgument(names.at(i++), args), ...);
+    return function(std::forward<Args>(args)...);
+  };
+}
+
+// `function` (a constructor's, for torch::init) with its text arguments
+// checked first.
+template <class F>
+auto textChecked(F function) {
+  using Traits = c10::guts::infer_function_traits_t<F>;
+  return textCheckedFunction(std::move(function), typename Traits::parameter_types{});
 }
 
 // What an earlier state version held: its constructor arguments, in order,

@@ -66,4 +66,9 @@ class ScriptReducer : public torch::CustomClassHolder {
   std::shared_ptr<FoldReducer> fold_; // reducer_ when it is a FoldReducer
 };
 
+// A time given to a view() method from TorchScript or Python: a number
+// (one time for every element) or a tensor, as Reducer::view takes it.
+// `owner` names the class in the TypeError for anything else.
+TORCH_MONITOR_API at::Tensor viewTime(const c10::IValue& time, const char* owner);
+
 } // namespace torch_monitor::script

@@ -13,6 +13,7 @@
 #include <torch_monitor/export.h>
 #include <torch_monitor/sinks/rank_files.h>
 #include <torch_monitor/sinks/sink.h>
+#include <torch_monitor/statistics_events.h>
 
 namespace at {
 class Tensor; // declared only: this header stays free of ATen
@@ -27,9 +28,10 @@ struct TensorBoardWriterOptions {
   std::chrono::milliseconds flushInterval{1000};
   // Bound on buffered bytes; beyond it new scalars are dropped and counted.
   size_t maxBufferBytes = size_t(32) << 20;
-  // Events whose values are written; empty = every event. By default the
-  // windows of Stats and of watches (watch/recorder.h).
-  std::vector<std::string> eventNames{kStatEventName, kWatchEventName};
+  // Events whose values are written; empty = every event. By default every
+  // event of statistics (statistics_events.h: Stats' windows, watches'
+  // windows, and whatever else is registered when the writer is made).
+  std::vector<std::string> eventNames = statisticsEventNames();
   // When not empty and an event holds an integer under this key, it is the
   // step of all the event's other values (and is not written itself), in
   // place of the event's own step.

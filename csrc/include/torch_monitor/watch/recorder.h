@@ -36,6 +36,18 @@ class TensorBoardWriter;
 
 namespace torch_monitor::watch {
 
+// Name of the events a watch logs when its window closes (one number per
+// "<path>.<kind>.<statistic>"; registered as statistics, see
+// registerEvents), and of those naming the keys that saw non-finite values
+// in that window (each key's first step with one).
+inline constexpr const char* kEventName = "torch_monitor.Watch";
+inline constexpr const char* kNonFiniteEventName = "torch_monitor.NonFinite";
+
+// Registers kEventName as an event of statistics (statistics_events.h), so
+// that the sinks of statistics take a watch's windows. Done when the
+// library loads (script/registration.cpp), before any sink is made.
+TORCH_MONITOR_API void registerEvents();
+
 // What an observation is (spec: watch.md, "Semantics to build").
 enum class Kind : int8_t {
   Grad, // a parameter's gradient as the optimizer step uses it

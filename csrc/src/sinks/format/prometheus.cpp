@@ -10,6 +10,7 @@
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/process_rank.h>
+#include <torch_monitor/statistics_events.h>
 #include <torch_monitor/sinks/format/text.h>
 
 namespace torch_monitor::sinks::prometheus {
@@ -171,14 +172,16 @@ Labels checkedLabels(const std::map<std::string, std::string>& labels) {
 }
 
 bool isWindowEvent(const Event& event) {
-  return event.name == kStatEventName || event.name == kWatchEventName;
+  return statisticsEvent(event.name).has_value();
 }
 
 void Snapshot::update(const Event& event) {
-  if (!isWindowEvent(event)) {
+  const std::optional<StatisticSuffix> suffix = statisticsEvent(event.name);
+  if (!suffix) {
     return;
   }
-  const bool watch = event.name == kWatchEventName;
+  // Keys whose statistic is their last part (a watch's: rms, norm, ...).
+  const bool lastPart = *suffix == StatisticSuffix::kLastPart;
   // One event is one closed window of each Stat it names: the new windows
   // are built here, outside the lock, then replace the old ones (an
   // aggregation missing now is dropped).
@@ -186,7 +189,7 @@ void Snapshot::update(const Event& event) {
   std::map<std::string, int64_t> counts;
   for (const auto& [key, data] : event.data) {
     // A watch's keys end in statistics of their own (rms, norm, ...).
-    const size_t dot = watch ? key.rfind('.') : aggregationDot(key);
+    const size_t dot = lastPart ? key.rfind('.') : aggregationDot(key);
     std::variant<double, int64_t> value;
     if (const auto* d = std::get_if<double>(&data)) {
       value = *d;
@@ -204,7 +207,7 @@ void Snapshot::update(const Event& event) {
     if (window == nullptr) {
       window = std::make_shared<Window>();
       window->stat = std::move(stat);
-      window->watch = watch;
+      window->source = event.name;
     }
     if (aggregation == aggregationName(Aggregation::COUNT)) {
       window->hasCount = true;
@@ -255,7 +258,8 @@ std::string Snapshot::render(
     appendFamilyHead(
         out,
         gauge,
-        std::string(window->watch ? "torch_monitor watch '" : "torch_monitor Stat '") +
+        (window->source == kStatEventName ? std::string("torch_monitor Stat '")
+                                          : window->source + " '") +
             stat + "': last closed window",
         "gauge");
     for (const auto& [aggregation, value] : window->values) {

@@ -51,10 +51,10 @@ TORCH_MONITOR_API void appendSampleValue(std::string& out, double value);
 TORCH_MONITOR_API Labels checkedLabels(
     const std::map<std::string, std::string>& labels);
 
-// Whether `event` is a closed window the Prometheus sinks show: a Stat's
-// ("torch.monitor.Stat") or a watch's ("torch_monitor.Watch", whose keys
-// "<path>.<kind>.<statistic>" read as stat "<path>.<kind>" and aggregation
-// "<statistic>").
+// Whether `event` is a closed window the Prometheus sinks show: an event of
+// statistics (statistics_events.h), a Stat's ("torch.monitor.Stat") or any
+// other registered one (a watch's, whose keys "<path>.<kind>.<statistic>"
+// read as stat "<path>.<kind>" and aggregation "<statistic>").
 TORCH_MONITOR_API bool isWindowEvent(const Event& event);
 
 // The last closed window of every Stat seen in window events (above), and
@@ -93,7 +93,9 @@ class TORCH_MONITOR_API Snapshot {
     // int64 sum overflows (and a double count converts to int64 only in
     // range). Only finite counts >= 0 are added: a counter never goes down.
     double countTotal = 0;
-    bool watch = false; // a watch's key ("<path>.<kind>"), not a Stat
+    // The event that carried it: "torch.monitor.Stat", or another producer's
+    // (its HELP line names it).
+    std::string source;
   };
   mutable std::mutex mutex_;
   // By Stat name, so that the output is sorted.
