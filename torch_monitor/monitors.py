@@ -428,18 +428,49 @@ def _core_flag(core_name: str, name: str, doc: str) -> property:
     return property(get, set, doc=doc)
 
 
-def _monitor_core(reducer, name: str, train_update, eval_update, keep_graph, kind: str = "DifferenceMonitor",
-                  filter_=None, map_=None, op_=None):
+# The arguments of the monitor object's constructor that each monitor sets
+# itself; every other one is a keyword-only option of every monitor, taken
+# by its constructor as the object's schema has it (so adding an option to
+# the C++ monitor and its registration gives it to the monitors too).
+_SET_BY_MONITORS = ("self", "reducer", "name", "train_update", "eval_update", "kind")
+
+
+def _core_options() -> List[inspect.Parameter]:
+    signature = inspect.signature(_spellings.DifferenceMonitor.__init__)
+    return [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for name, p in signature.parameters.items()
+        if name not in _SET_BY_MONITORS
+    ]
+
+
+def _takes_core_options(init):
+    """Gives a monitor's ``__init__(..., **options)`` the signature that
+    ``help()``, ``inspect`` and ``partialconstructor`` show: its own
+    arguments, then the core's options."""
+    own = inspect.signature(init)
+    parameters = [p for p in own.parameters.values() if p.kind != p.VAR_KEYWORD]
+    init.__signature__ = own.replace(parameters=parameters + _core_options())
+    return init
+
+
+def _monitor_core(owner: str, reducer, name: str, train_update, eval_update, kind: str = "DifferenceMonitor",
+                  filter_=None, map_=None, op_=None, **options):
     """The object a monitor keeps on its module: the face of
     ``torch.classes.torch_monitor.DifferenceMonitor``, with the Python
-    callables set on it (TorchScript cannot take them as arguments)."""
+    callables set on it (TorchScript cannot take them as arguments).
+    ``owner`` names the monitor class in errors."""
+    known = {p.name for p in _core_options()}
+    for option in options:
+        if option not in known:
+            raise TypeError(f"{owner}() got an unexpected keyword argument {option!r}")
     core = _spellings.DifferenceMonitor(
         reducer,
         name,
         strict_bool(train_update, "train_update"),
         strict_bool(eval_update, "eval_update"),
-        strict_bool(keep_graph, "keep_graph"),
-        kind,
+        kind=kind,
+        **options,
     )
     if filter_ is not None or map_ is not None or op_ is not None:
         _C._set_monitor_callables(core, filter_, map_, op_)
@@ -731,9 +762,11 @@ class _Monitor(nn.Module):
         if config is not None:
             attr, train_update, eval_update, filter_, map_, op_ = config[:6]
             keep_graph = config[6] if len(config) > 6 else False
-            return _monitor_core(self.reducer_, attr, train_update, eval_update, keep_graph,
-                                 filter_=filter_, map_=map_, op_=op_)
-        return self._new_core(*flags, callables=(self.__dict__.pop("_filter", None), self.__dict__.pop("_map", None)))
+            return _monitor_core(type(self).__name__, self.reducer_, attr, train_update, eval_update,
+                                 filter_=filter_, map_=map_, op_=op_, keep_graph=keep_graph)
+        train_update, eval_update, keep_graph = flags
+        callables = (self.__dict__.pop("_filter", None), self.__dict__.pop("_map", None))
+        return self._new_core(train_update, eval_update, callables, keep_graph=keep_graph)
 
     def _adopt_hooks_of(self, module: nn.Module) -> bool:
         """Takes over the hooks that a deep copy of the module carries."""
@@ -822,7 +855,7 @@ class DifferenceMonitor(_Monitor):
         filter_: Optional[Callable[[Any, Any], bool]] = None,
         map_: Optional[Callable[[Any, Any], Tuple[torch.Tensor, ...]]] = None,
         op_: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
-        keep_graph: bool = False,
+        **options: Any,
     ):
         nn.Module.__init__(self)
         if not isinstance(attr, str):
@@ -834,7 +867,8 @@ class DifferenceMonitor(_Monitor):
         if isinstance(map_, DefaultMap):
             map_, op_ = None, (map_.op if op_ is None else op_)
         core = _monitor_core(
-            reducer, attr, train_update, eval_update, keep_graph, filter_=filter_, map_=map_, op_=op_
+            type(self).__name__, reducer, attr, train_update, eval_update,
+            filter_=filter_, map_=map_, op_=op_, **options,
         )
         self._init_monitor(reducer, core, prepend, module)
 
@@ -924,28 +958,28 @@ class _ObservingMonitor(_Monitor):
         prepend: bool = False,
         filter_: Optional[Callable[[Any], bool]] = None,
         map_: Optional[Callable[[Any], Tuple[torch.Tensor, ...]]] = None,
-        keep_graph: bool = False,
+        **options: Any,
     ):
         nn.Module.__init__(self)
-        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph)
+        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, options)
 
-    def _setup(self, reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph):
+    def _setup(self, reducer, module, train_update, eval_update, prepend, filter_, map_, options):
         # A default read back from a monitor is the default again (the C++
         # path, saveable).
         default_filter, default_map = self._defaults
         filter_ = None if filter_ is default_filter else filter_
         map_ = None if map_ is default_map else map_
         self.reducer_ = reducer
-        core = self._new_core(train_update, eval_update, keep_graph, callables=(filter_, map_))
+        core = self._new_core(train_update, eval_update, (filter_, map_), **options)
         self._init_monitor(reducer, core, prepend, module)
 
-    def _new_core(self, train_update, eval_update, keep_graph, callables=(None, None)):
+    def _new_core(self, train_update, eval_update, callables=(None, None), **options):
         # The core calls a one-hook monitor's filter_ and map_ with the one
         # value observed.
         filter_, map_ = callables
         return _monitor_core(
-            self.reducer_, self._core_name(), train_update, eval_update, keep_graph, self._kind,
-            filter_=filter_, map_=map_,
+            type(self).__name__, self.reducer_, self._core_name(), train_update, eval_update, self._kind,
+            filter_=filter_, map_=map_, **options,
         )
 
     def _core_name(self) -> str:
@@ -1046,7 +1080,7 @@ class StateMonitor(_ObservingMonitor):
             raise TypeError(f"attr must be a str, got {type(attr).__name__}")
         self._attr = attr
         self._as_prehook = strict_bool(as_prehook, "as_prehook")
-        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph)
+        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, options)
 
     @property
     def attr(self) -> str:
@@ -1086,7 +1120,7 @@ class MultiStateMonitor(_ObservingMonitor):
         prepend: bool = False,
         filter_: Optional[Callable[[Tuple[Any, ...]], bool]] = None,
         map_: Optional[Callable[[Tuple[Any, ...]], Tuple[torch.Tensor, ...]]] = None,
-        keep_graph: bool = False,
+        **options: Any,
     ):
         nn.Module.__init__(self)
         if not isinstance(attr, str):
@@ -1101,7 +1135,7 @@ class MultiStateMonitor(_ObservingMonitor):
         self._attr = attr
         self._subattrs = tuple(subattrs)
         self._as_prehook = strict_bool(as_prehook, "as_prehook")
-        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, keep_graph)
+        self._setup(reducer, module, train_update, eval_update, prepend, filter_, map_, options)
 
     @property
     def attr(self) -> str:
@@ -1123,6 +1157,9 @@ class MultiStateMonitor(_ObservingMonitor):
     def _what_observed(self):
         return ("paths", self.attrs)
 
+
+for _cls in (DifferenceMonitor, _ObservingMonitor, StateMonitor, MultiStateMonitor):
+    _takes_core_options(_cls.__init__)
 
 # ------------------------------------------------- monitors in Python
 
@@ -1175,7 +1212,7 @@ class Monitor(_Monitor):
         self._hook_names = (prehook, posthook)
         self._hook_kwargs = (dict(prehook_kwargs or {}), dict(posthook_kwargs or {}))
         self.reducer_ = reducer
-        core = self._new_core(train_update, eval_update, False)
+        core = self._new_core(train_update, eval_update)
         self._init_monitor(reducer, core, False, module)
 
     @classmethod
@@ -1184,10 +1221,11 @@ class Monitor(_Monitor):
             f"{cls.__name__}(Monitor) must implement the method `partialconstructor`."
         )
 
-    def _new_core(self, train_update, eval_update, keep_graph, callables=(None, None)):
+    def _new_core(self, train_update, eval_update, callables=(None, None), **options):
         # Holds the reducer and the gating flags (the methods feed the
         # reducer themselves).
-        return _monitor_core(self.reducer_, type(self).__name__, train_update, eval_update, keep_graph, "Monitor")
+        name = type(self).__name__
+        return _monitor_core(name, self.reducer_, name, train_update, eval_update, "Monitor", **options)
 
     def _check_module(self, module: nn.Module) -> None:
         """Raises now what the first forward would find wrong with

@@ -33,7 +33,11 @@ _observe = torch.ops.torch_monitor.watch_observe_.default
 
 def _observed_tensor(output):
     """The tensor a module's output stands for: the output itself, or the
-    first element of a tuple or list (nn.LSTM, nn.MultiheadAttention)."""
+    first element of a tuple or list (nn.LSTM, nn.MultiheadAttention), when
+    it is a floating-point tensor. The rule of C++'s watch::observedOutput
+    (watch/plan.h), written here too because a hook that torch.compile
+    traces cannot call into C++ (each world's test holds it to the same
+    models)."""
     if isinstance(output, (tuple, list)) and output:
         output = output[0]
     if isinstance(output, torch.Tensor) and output.is_floating_point():
@@ -206,17 +210,15 @@ class Watch:
         self._recorder.optimizer_stepped()
 
 
-def _pattern(value, name) -> Optional[Pattern]:
+def _pattern(value, name) -> Optional[str]:
+    """include/exclude as C++ reads them: the pattern's text."""
     if value is None:
         return None
     if isinstance(value, re.Pattern):
-        return value
+        value = value.pattern
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a regular expression (str), got {type(value).__name__}")
-    try:
-        return re.compile(value)
-    except re.error as e:
-        raise ValueError(f"watch: {name}={value!r} is not a valid regular expression: {e}") from None
+        raise TypeError(f"watch: {name} must be a regular expression (str), got {type(value).__name__}")
+    return value
 
 
 def _positive_int(value, name) -> int:
@@ -287,7 +289,9 @@ def watch(
         every: observe on training steps divisible by ``every`` only
             (decided on the device: compiled graphs do not recompile).
         include / exclude: regular expressions searched in the parameter
-            and module paths; each must match something.
+            and module paths, read by C++ (ECMAScript syntax, as a C++
+            Watch reads them: Python-only syntax such as ``(?P<name>...)``
+            is refused); each must match something.
         histograms_every, writer: a histogram per watched tensor, tag
             ``"<path>.<kind>"``, every ``histograms_every`` steps, written by
             ``writer`` (a ``torch_monitor.TensorBoardWriter``).
@@ -352,38 +356,25 @@ def watch(
 
         resolve(True)  # the default group; ValueError when none is initialised
 
-    def selected(path: str) -> bool:
-        return (include_re is None or include_re.search(path) is not None) and (
-            exclude_re is None or exclude_re.search(path) is None
-        )
-
     parameters = list(model.named_parameters())  # tied weights once
     modules = [(path, m) for path, m in model.named_modules() if path]
-    paths = [path for path, _ in parameters] + [path for path, _ in modules]
-    for regex, name in ((include_re, "include"), (exclude_re, "exclude")):
-        if regex is not None and not any(regex.search(p) for p in paths):
-            raise ValueError(
-                f"watch: {name}={regex.pattern!r} matches no parameter path (like "
-                f"{parameters[0][0] if parameters else 'fc1.weight'!r}) and no module path (like "
-                f"{modules[0][0] if modules else 'fc1'!r}) of the model; see model.named_parameters() "
-                "and model.named_modules()"
-            )
-    chosen = [(path, p) for path, p in parameters if selected(path)]
-    chosen_modules = [(path, m) for path, m in modules if selected(path)]
     in_optimizer = None
     if optimizer is not None:
         in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    # The keys and what each observes: C++'s choice, the same as a C++ Watch's.
+    # The selection and the keys, and what each observes: C++'s choice, the
+    # same as a C++ Watch's (watch/plan.h).
     key_paths, key_kinds, targets = torch.classes.torch_monitor.Watch.plan(
         what=what,
-        parameters=[path for path, _ in chosen],
-        trainable=[p.requires_grad for _, p in chosen],
-        stepped=[in_optimizer is None or id(p) in in_optimizer for _, p in chosen],
-        modules=[path for path, _ in chosen_modules],
+        parameters=[path for path, _ in parameters],
+        trainable=[p.requires_grad for _, p in parameters],
+        stepped=[in_optimizer is None or id(p) in in_optimizer for _, p in parameters],
+        modules=[path for path, _ in modules],
+        include=include_re,
+        exclude=exclude_re,
     )
     by_kind: dict = {}
     for key, (kind, target) in enumerate(zip(key_kinds, targets)):
-        objects = chosen_modules if kind.startswith("output") else chosen
+        objects = modules if kind.startswith("output") else parameters
         by_kind.setdefault(kind, []).append((key, objects[target][0], objects[target][1]))
 
     first = next(iter(model.parameters()), None)
@@ -420,7 +411,7 @@ def watch(
     # Module outputs: one forward hook per module.
     out_keys = {path: key for key, path, _ in by_kind.get("output", ())}
     grad_keys = {path: key for key, path, _ in by_kind.get("output_grad", ())}
-    for path, module in chosen_modules:
+    for path, module in modules:
         if path in out_keys or path in grad_keys:
             hook = _OutputHook(w, out_keys.get(path, -1), grad_keys.get(path, -1))
             handles.append(module.register_forward_hook(hook))

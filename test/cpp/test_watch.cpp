@@ -463,5 +463,59 @@ TEST(Watch, FrozenParametersAreNotWatchedAsInPython) {
   }
 }
 
+// A model whose submodules return tuples, as nn::LSTM (tuple<Tensor,
+// tuple<Tensor, Tensor>>) and nn::MultiheadAttention (a pair) do, and one
+// whose output is an integer tensor: the same model as Python's
+// test_outputs_of_tuples_observe_their_first_tensor.
+struct Sequence : torch::nn::Module {
+  Sequence() {
+    lstm = register_module("lstm", torch::nn::LSTM(3, 4));
+    attention = register_module(
+        "attention", torch::nn::MultiheadAttention(4, 2));
+    argmax = register_module("argmax", torch::nn::Functional([](const torch::Tensor& x) {
+      return x.argmax(-1);
+    }));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto [out, state] = nn::call(lstm, x);
+    auto [attended, weights] = nn::call(attention, out, out, out);
+    nn::call(argmax, attended);
+    return attended;
+  }
+  torch::nn::LSTM lstm{nullptr};
+  torch::nn::MultiheadAttention attention{nullptr};
+  torch::nn::Functional argmax{nullptr};
+};
+
+TEST(Watch, OutputsOfTuplesObserveTheirFirstTensor) {
+  torch::manual_seed(0);
+  auto model = std::make_shared<Sequence>();
+  ScopedRecorder recorder;
+  WatchOptions o;
+  o.windowSteps = 1;
+  o.what = {"output"};
+  Watch w(model, o);
+  setStep(0);
+  const torch::Tensor x = torch::randn({5, 2, 3});
+  auto [out, state] = model->lstm->forward(x);
+  auto [attended, weights] = model->attention->forward(out, out, out);
+  model->forward(x);
+  setStep(1); // closes the window
+  const auto events = recorder->eventsNamed(watch::kEventName);
+  ASSERT_EQ(events.size(), 1u);
+  const auto& data = events[0].data;
+  // The first element of each tuple; nothing of an integer output.
+  EXPECT_NEAR(
+      std::get<double>(data.at("lstm.output.max")),
+      out.max().item<double>(),
+      1e-12);
+  EXPECT_NEAR(
+      std::get<double>(data.at("attention.output.max")),
+      attended.max().item<double>(),
+      1e-12);
+  EXPECT_EQ(data.count("argmax.output.max"), 0u);
+  clearStep();
+}
+
 } // namespace
 } // namespace torch_monitor::test

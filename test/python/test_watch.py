@@ -543,6 +543,56 @@ def test_a_copy_of_a_watched_model_works_and_is_not_watched(events, how):
     assert len(events.windows) == 1 and set(w.keys) == {"fc1.output", "act.output", "fc2.output"}
 
 
+class Sequence(torch.nn.Module):
+    """Submodules returning tuples (nn.LSTM, nn.MultiheadAttention) and an
+    integer tensor: the model of C++'s Watch.OutputsOfTuplesObserveTheirFirstTensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(3, 4)
+        self.attention = torch.nn.MultiheadAttention(4, 2)
+        self.argmax = ArgMax()
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        attended, _ = self.attention(out, out, out)
+        self.argmax(attended)
+        return attended
+
+
+class ArgMax(torch.nn.Module):
+    def forward(self, x):
+        return x.argmax(-1)
+
+
+def test_outputs_of_tuples_observe_their_first_tensor(events):
+    torch.manual_seed(0)
+    model = Sequence()
+    x = torch.randn(5, 2, 3)
+    with torch.no_grad():
+        out, _ = model.lstm(x)
+        attended, _ = model.attention(out, out, out)
+    with tm.watch(model, what="output", window_steps=1):
+        tm.set_step(0)
+        with torch.no_grad():
+            model(x)
+        tm.set_step(1)
+    (window,) = events.windows
+    assert window.data["lstm.output.max"] == pytest.approx(out.max().item(), rel=1e-12)
+    assert window.data["attention.output.max"] == pytest.approx(attended.max().item(), rel=1e-12)
+    assert not any(key.startswith("argmax.output") for key in window.data)
+
+
+def test_include_and_exclude_are_read_as_cpp_reads_them():
+    """One selection for both worlds (watch/plan.h): ECMAScript patterns."""
+    model = MLP()
+    w = tm.watch(model, what=("grad", "output"), window_steps=2, include=r"fc\d", exclude="bias$")
+    assert w.keys == ["fc1.weight.grad", "fc2.weight.grad", "fc1.output", "fc2.output"]
+    w.remove()
+    with pytest.raises(ValueError, match="ECMAScript"):
+        tm.watch(model, window_steps=2, include="(?P<layer>fc1)")
+
+
 def test_scripting_a_watched_model_says_to_script_first():
     model = MLP()
     with tm.watch(model, what=("grad", "output"), window_steps=2):

@@ -131,13 +131,18 @@ void registerWatch(torch::Library& m) {
          std::vector<std::string> parameters,
          const c10::List<bool>& trainable,
          const c10::List<bool>& stepped,
-         std::vector<std::string> modules) {
+         std::vector<std::string> modules,
+         std::optional<std::string> include,
+         std::optional<std::string> exclude) {
         watch::Candidates candidates{
             std::move(parameters),
             {trainable.begin(), trainable.end()},
             {stepped.begin(), stepped.end()},
             std::move(modules)};
-        const watch::Plan plan = watch::planKeys(what, candidates);
+        const watch::Plan plan = watch::planKeys(
+            what,
+            candidates,
+            watch::Selection(std::move(include), std::move(exclude)));
         std::vector<std::string> paths;
         std::vector<std::string> kinds;
         for (const auto& key : plan.keys) {
@@ -149,12 +154,15 @@ void registerWatch(torch::Library& m) {
       "(paths, kinds, targets): the keys watch() chooses, as a C++ Watch "
       "does (watch/plan.h): `what` the kinds; per parameter its path, "
       "whether it requires grad and whether the optimizer steps it; the "
-      "submodule paths. targets[i] indexes key i's parameter or module",
+      "submodule paths; include/exclude, regular expressions (ECMAScript) "
+      "searched in the paths. targets[i] indexes key i's parameter or module",
       {torch::arg("what"),
        torch::arg("parameters"),
        torch::arg("trainable"),
        torch::arg("stepped"),
-       torch::arg("modules")});
+       torch::arg("modules"),
+       torch::arg("include") = c10::IValue(),
+       torch::arg("exclude") = c10::IValue()});
   cls.def(
          "id",
          [](const Self& self) { return self->recorder()->id(); },

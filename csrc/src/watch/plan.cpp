@@ -1,14 +1,112 @@
 #include <torch_monitor/watch/plan.h>
 
 #include <algorithm>
+#include <regex>
+#include <tuple>
 
 #include <c10/util/Exception.h>
 
 namespace torch_monitor::watch {
+namespace {
+
+std::optional<std::regex> compile(
+    const std::optional<std::string>& pattern,
+    const char* what) {
+  if (!pattern) {
+    return std::nullopt;
+  }
+  try {
+    return std::regex(*pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    TORCH_CHECK_VALUE(
+        false,
+        "torch_monitor.watch: ",
+        what,
+        "='",
+        *pattern,
+        "' is not a valid regular expression (ECMAScript syntax, in Python "
+        "as in C++): ",
+        e.what());
+  }
+}
+
+bool finds(const std::optional<std::regex>& regex, const std::string& path) {
+  return regex && std::regex_search(path, *regex);
+}
+
+} // namespace
+
+const at::Tensor* observedOutput(const nn::ForwardOutput& output) {
+  const at::Tensor* tensor = output.getIf<at::Tensor>();
+  if (tensor == nullptr) {
+    if (const auto* pair = output.getIf<std::tuple<at::Tensor, at::Tensor>>()) {
+      tensor = &std::get<0>(*pair);
+    } else if (
+        const auto* lstm = output.getIf<
+            std::tuple<at::Tensor, std::tuple<at::Tensor, at::Tensor>>>()) {
+      tensor = &std::get<0>(*lstm);
+    } else if (const auto* list = output.getIf<std::vector<at::Tensor>>()) {
+      tensor = list->empty() ? nullptr : &list->front();
+    }
+  }
+  return tensor != nullptr && tensor->defined() && tensor->is_floating_point()
+      ? tensor
+      : nullptr;
+}
+
+struct Selection::Patterns {
+  std::optional<std::regex> include;
+  std::optional<std::regex> exclude;
+};
+
+Selection::Selection(
+    std::optional<std::string> include,
+    std::optional<std::string> exclude)
+    : include_(std::move(include)),
+      exclude_(std::move(exclude)),
+      patterns_(std::make_unique<Patterns>(Patterns{
+          compile(include_, "include"),
+          compile(exclude_, "exclude")})) {}
+
+Selection::~Selection() = default;
+
+bool Selection::selects(const std::string& path) const {
+  return (!patterns_->include || finds(patterns_->include, path)) &&
+      !finds(patterns_->exclude, path);
+}
+
+void Selection::checkMatched(
+    const std::vector<std::string>& parameters,
+    const std::vector<std::string>& modules) const {
+  for (const auto& [regex, pattern, name] :
+       {std::make_tuple(&patterns_->include, &include_, "include"),
+        std::make_tuple(&patterns_->exclude, &exclude_, "exclude")}) {
+    if (!*regex) {
+      continue;
+    }
+    const auto found = [&](const std::vector<std::string>& paths) {
+      return std::any_of(paths.begin(), paths.end(), [&](const auto& p) {
+        return finds(*regex, p);
+      });
+    };
+    TORCH_CHECK_VALUE(
+        found(parameters) || found(modules),
+        "torch_monitor.watch: ",
+        name,
+        "='",
+        **pattern,
+        "' matches no parameter path (like '",
+        parameters.empty() ? std::string("fc1.weight") : parameters.front(),
+        "') and no module path (like '",
+        modules.empty() ? std::string("fc1") : modules.front(),
+        "') of the model; see named_parameters() and named_modules()");
+  }
+}
 
 Plan planKeys(
     const std::vector<std::string>& what,
-    const Candidates& candidates) {
+    const Candidates& candidates,
+    const Selection& selection) {
   TORCH_CHECK_VALUE(
       candidates.trainable.size() == candidates.parameters.size() &&
           candidates.stepped.size() == candidates.parameters.size(),
@@ -30,6 +128,7 @@ Plan planKeys(
       "\"weight\", \"update\", \"output\", \"output_grad\"");
   std::sort(kinds.begin(), kinds.end());
   kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
+  selection.checkMatched(candidates.parameters, candidates.modules);
 
   Plan plan;
   for (const Kind kind : kinds) {
@@ -39,7 +138,8 @@ Plan planKeys(
       for (size_t i = 0; i < candidates.parameters.size(); ++i) {
         // The optimizer skips what it does not hold; a gradient is the
         // same with or without one.
-        if (candidates.trainable[i] &&
+        if (selection.selects(candidates.parameters[i]) &&
+            candidates.trainable[i] &&
             (kind == Kind::Grad || candidates.stepped[i])) {
           plan.keys.push_back(Key{candidates.parameters[i], kind});
           plan.targets.push_back(int64_t(i));
@@ -47,6 +147,9 @@ Plan planKeys(
       }
     } else {
       for (size_t i = 0; i < candidates.modules.size(); ++i) {
+        if (!selection.selects(candidates.modules[i])) {
+          continue;
+        }
         plan.keys.push_back(Key{candidates.modules[i], kind});
         plan.targets.push_back(int64_t(i));
       }

@@ -1,6 +1,5 @@
 #include <torch_monitor/watch/watch.h>
 
-#include <regex>
 #include <unordered_set>
 #include <utility>
 
@@ -23,43 +22,10 @@ struct Watch::Parameter {
   at::Tensor before; // "update": the weight before the step, made at the first
 };
 
-namespace {
-
-std::regex compile(const std::string& pattern, const char* what) {
-  try {
-    return std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    TORCH_CHECK_VALUE(
-        false,
-        "torch_monitor.watch: ",
-        what,
-        " is not a valid regular expression (",
-        pattern,
-        "): ",
-        e.what());
-  }
-}
-
-} // namespace
 
 Watch::Watch(torch::nn::Module& model, WatchOptions options) {
-  std::optional<std::regex> include;
-  std::optional<std::regex> exclude;
-  if (options.include) {
-    include = compile(*options.include, "include");
-  }
-  if (options.exclude) {
-    exclude = compile(*options.exclude, "exclude");
-  }
-  bool includeMatched = false;
-  bool excludeMatched = false;
-  auto selected = [&](const std::string& path) {
-    const bool in = !include || std::regex_search(path, *include);
-    const bool out = exclude && std::regex_search(path, *exclude);
-    includeMatched = includeMatched || (include && in);
-    excludeMatched = excludeMatched || out;
-    return in && !out;
-  };
+  // Every parameter and module; which are watched is planKeys' choice, as
+  // for Python's watch().
   watch::Candidates candidates;
   // Parameters in the model's order, each tensor once (a tied weight under
   // its first name, as Python's named_parameters() gives it).
@@ -68,38 +34,24 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
     if (!seen.insert(item.value().unsafeGetTensorImpl()).second) {
       continue;
     }
-    if (selected(item.key())) {
-      auto p = std::make_shared<Parameter>();
-      p->path = item.key();
-      p->tensor = item.value();
-      candidates.parameters.push_back(p->path);
-      candidates.trainable.push_back(p->tensor.requires_grad());
-      candidates.stepped.push_back(true); // step() runs the whole optimizer
-      parameters_.push_back(std::move(p));
-    }
+    auto p = std::make_shared<Parameter>();
+    p->path = item.key();
+    p->tensor = item.value();
+    candidates.parameters.push_back(p->path);
+    candidates.trainable.push_back(p->tensor.requires_grad());
+    candidates.stepped.push_back(true); // step() runs the whole optimizer
+    parameters_.push_back(std::move(p));
   }
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
   for (const auto& item :
        model.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
-    if (selected(item.key())) {
-      candidates.modules.push_back(item.key());
-      modules.push_back(item.value());
-    }
+    candidates.modules.push_back(item.key());
+    modules.push_back(item.value());
   }
-  TORCH_CHECK_VALUE(
-      !include || includeMatched,
-      "torch_monitor.watch: include='",
-      *options.include,
-      "' matches no parameter path (like \"fc1.weight\") and no module path "
-      "(like \"fc1\") of the model; check the names with "
-      "named_parameters() / named_modules()");
-  TORCH_CHECK_VALUE(
-      !exclude || excludeMatched,
-      "torch_monitor.watch: exclude='",
-      *options.exclude,
-      "' matches no parameter path and no module path of the model; check "
-      "the names with named_parameters() / named_modules()");
-  watch::Plan plan = watch::planKeys(options.what, candidates);
+  watch::Plan plan = watch::planKeys(
+      options.what,
+      candidates,
+      watch::Selection(options.include, options.exclude));
   // Each module's output and output-gradient keys, -1: not watched.
   std::vector<std::pair<int64_t, int64_t>> outputKeys(
       modules.size(), std::pair<int64_t, int64_t>(-1, -1));
@@ -151,8 +103,8 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
             const nn::ForwardArgs&,
             nn::ForwardOutput& output) {
           auto r = weak.lock();
-          const at::Tensor* y = std::as_const(output).getIf<at::Tensor>();
-          if (!r || y == nullptr || !y->defined()) {
+          const at::Tensor* y = watch::observedOutput(std::as_const(output));
+          if (!r || y == nullptr) {
             return;
           }
           if (out >= 0) {
