@@ -25,8 +25,8 @@
 
 #include <torch_monitor/background_warnings.h>
 #include <torch_monitor/detail/lifecycle.h>
-#include <torch_monitor/detail/live_stats.h>
 #include <torch_monitor/detail/text.h>
+#include <torch_monitor/engine/live_stats.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
 

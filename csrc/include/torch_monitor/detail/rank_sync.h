@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <torch_monitor/detail/accumulator.h>
+#include <torch_monitor/engine/accumulator.h>
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
 

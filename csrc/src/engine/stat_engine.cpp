@@ -1,4 +1,4 @@
-#include <torch_monitor/detail/stat_engine.h>
+#include <torch_monitor/engine/stat_engine.h>
 
 #include <algorithm>
 #include <exception>
@@ -8,7 +8,7 @@
 
 #include <torch_monitor/detail/call_each.h>
 #include <torch_monitor/detail/rank_sync.h>
-#include <torch_monitor/detail/tensor_window.h>
+#include <torch_monitor/engine/tensor_window.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/step.h>
 
