@@ -24,9 +24,11 @@ LAYERS = [
     ("core", ["version", "aggregation", "event", "step", "clock",
               "process_rank", "background_warnings", "event_handler"]),
     # engine/: what a Stat is made of, and the threads and registries that
-    # close, merge and reset its windows; with the rank sync thread that
-    # merges them and the rank groups it serves.
-    ("stat engine", ["engine/", "detail/rank_sync", "rank_sync"]),
+    # close and reset its windows; rank_sync/: the thread that merges them
+    # across ranks (a Stat's and a watch's), with the rank groups it serves.
+    # One layer: the engine posts to the rank sync, which closes the live
+    # Stats' windows at exit.
+    ("stat engine", ["engine/", "rank_sync/", "rank_sync"]),
     ("stats", ["stat", "wait_counter"]),
     ("reducers", ["reducers/"]),
     ("monitors", ["monitors/"]),

@@ -21,10 +21,10 @@
 
 #include <torch_monitor/clock.h>
 #include <torch_monitor/detail/call_each.h>
-#include <torch_monitor/detail/rank_sync.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
+#include <torch_monitor/rank_sync/protocol.h>
 #include <torch_monitor/sinks/tensorboard_writer.h>
 #include <torch_monitor/stat.h>
 #include <torch_monitor/step.h>
