@@ -356,8 +356,19 @@ Event StatEngine<T>::eventOfWindow(
 
 template <typename T>
 WindowShape StatEngine<T>::windowShape() const noexcept {
-  return WindowShape{
-      std::is_same_v<T, int64_t>, clock_ == ClockSource::STEP, windowLength_};
+  WindowShape shape;
+  shape.integer = std::is_same_v<T, int64_t>;
+  shape.steps = clock_ == ClockSource::STEP;
+  shape.length = windowLength_;
+  for (int a = 1; a < NUM_AGGREGATIONS; ++a) {
+    if (aggregations_.contains(static_cast<Aggregation>(a))) {
+      shape.aggregations |= uint8_t(1u << a);
+    }
+  }
+  if (capped_) {
+    shape.maxSamples = state_.capped->maxSamples;
+  }
+  return shape;
 }
 
 template <typename T>

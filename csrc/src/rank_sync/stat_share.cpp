@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include <torch_monitor/aggregation.h>
 #include <torch_monitor/rank_sync/protocol.h>
 
 namespace torch_monitor::detail {
@@ -12,7 +13,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-constexpr size_t kShareFields = 8;
+constexpr size_t kShareFields = 9;
 constexpr size_t kShareBytes = kShareFields * sizeof(uint64_t);
 
 Bytes encode(const RankShare& share) {
@@ -23,8 +24,10 @@ Bytes encode(const RankShare& share) {
       share.max,
       share.value,
       uint64_t(share.step),
-      uint64_t(share.shape.integer) | (uint64_t(share.shape.steps) << 1),
-      uint64_t(share.shape.length)};
+      uint64_t(share.shape.integer) | (uint64_t(share.shape.steps) << 1) |
+          (uint64_t(share.shape.aggregations) << 8),
+      uint64_t(share.shape.length),
+      uint64_t(share.shape.maxSamples)};
   Bytes bytes(kShareBytes);
   std::memcpy(bytes.data(), fields, kShareBytes);
   return bytes;
@@ -45,16 +48,33 @@ std::optional<RankShare> decode(const Bytes& bytes) {
   share.step = int64_t(fields[5]);
   share.shape.integer = (fields[6] & 1) != 0;
   share.shape.steps = (fields[6] & 2) != 0;
+  share.shape.aggregations = uint8_t(fields[6] >> 8);
   share.shape.length = int64_t(fields[7]);
+  share.shape.maxSamples = int64_t(fields[8]);
   return share;
 }
 
 } // namespace
 
 std::string WindowShape::describe() const {
-  return std::string(integer ? "a IntStat" : "a Stat") +
+  std::string out = std::string(integer ? "a IntStat" : "a Stat") +
       (steps ? " with window_steps=" + std::to_string(length)
-             : " with window_size=" + std::to_string(length) + " ms");
+             : " with window_size=" + std::to_string(length) + " ms") +
+      ", aggregations=[";
+  // In the enum's order: the order given and duplicates change nothing.
+  const char* separator = "";
+  for (int a = 1; a < NUM_AGGREGATIONS; ++a) {
+    if ((aggregations >> a) & 1) {
+      out += separator;
+      out += aggregationName(static_cast<Aggregation>(a));
+      separator = ", ";
+    }
+  }
+  out += "]";
+  if (maxSamples != kUncapped) {
+    out += ", max_samples=" + std::to_string(maxSamples);
+  }
+  return out;
 }
 
 bool postRankWindow(

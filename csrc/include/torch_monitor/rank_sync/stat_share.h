@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,22 +21,34 @@
 namespace torch_monitor::detail {
 
 // What a synced Stat's windows are on one rank: ranks whose Stats of one
-// name differ (a Stat here, an IntStat there; windows of 10 steps here, of
-// 20 there) must never be merged, so every share carries it.
+// name differ in any of it must never be merged, so every share carries it
+// (and rank 0 compares describe()). Each field changes what a window's
+// numbers mean: the type of its samples, which samples it spans (the
+// window), which aggregates it reports (the merged event carries rank 0's
+// only, so another rank's choice would be dropped without a word) and which
+// samples it keeps (a capped window holds its first maxSamples only, so a
+// merge of ranks with other caps would weigh each rank by its cap, not by
+// its samples).
 // Thread safety: a plain value type.
 struct WindowShape {
+  static constexpr int64_t kUncapped = std::numeric_limits<int64_t>::max();
+
   bool integer = false; // Stat<int64_t> (IntStat), else Stat<double>
   bool steps = false; // windows of training steps, else of milliseconds
   int64_t length = 0; // steps or milliseconds
+  uint8_t aggregations = 0; // bit a set: Aggregation a is reported
+  int64_t maxSamples = kUncapped;
 
   bool operator==(const WindowShape& other) const noexcept {
     return integer == other.integer && steps == other.steps &&
-        length == other.length;
+        length == other.length && aggregations == other.aggregations &&
+        maxSamples == other.maxSamples;
   }
   bool operator!=(const WindowShape& other) const noexcept {
     return !(*this == other);
   }
-  // "a IntStat with window_steps=20", for messages.
+  // "a IntStat with window_steps=20, aggregations=[mean, max]" (and
+  // ", max_samples=N" when capped), for messages.
   TORCH_MONITOR_API std::string describe() const;
 };
 
