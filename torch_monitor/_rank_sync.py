@@ -1,6 +1,6 @@
 """Where ``Stat(..., sync_ranks=...)`` finds its rank group in torch.distributed.
 
-The merge itself runs in C++ (``csrc/src/rank_sync.cpp``) through the group's
+The merge itself runs in C++ (``csrc/src/rank_sync/``) through the group's
 c10d Store; see ``docs/distributed.md``.
 """
 

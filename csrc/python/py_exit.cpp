@@ -15,7 +15,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/background_warnings.h>
-#include <torch_monitor/detail/window_timer.h>
+#include <torch_monitor/engine/window_timer.h>
 #include <torch_monitor/rank_sync.h>
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
 #include <torch_monitor/stat.h>

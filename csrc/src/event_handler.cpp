@@ -13,7 +13,7 @@
 
 #include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/detail/text.h>
-#include <torch_monitor/detail/thread_shard.h>
+#include <torch_monitor/detail/thread_slots.h>
 
 namespace torch_monitor {
 namespace {
@@ -31,7 +31,7 @@ using HandlerList = std::vector<std::shared_ptr<EventHandler>>;
 // every replaced list that some mark names ("retired") and releases the
 // others; the last reader of a retired list releases it on its way out. Mark
 // and re-check on one side, publish and scan on the other, are the
-// asymmetric Dekker handshake of Stat::add (detail/thread_shard.h): a
+// asymmetric Dekker handshake of Stat::add (detail/thread_slots.h): a
 // compiler barrier for the reader, membarrier(2) for the editor.
 //
 // Nesting levels per thread on that path (a handler that logs uses the next

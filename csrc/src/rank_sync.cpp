@@ -4,7 +4,7 @@
 
 #include <c10/util/Exception.h>
 
-#include <torch_monitor/detail/rank_sync.h>
+#include <torch_monitor/rank_sync/protocol.h>
 
 namespace torch_monitor {
 

@@ -11,7 +11,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/detail/text.h>
-#include <torch_monitor/detail/window_timer.h>
+#include <torch_monitor/engine/window_timer.h>
 #include <torch_monitor/event_handler.h>
 
 namespace torch_monitor {

@@ -20,7 +20,7 @@
 
 #include <gtest/gtest.h>
 
-#include <torch_monitor/detail/window_timer.h>
+#include <torch_monitor/engine/window_timer.h>
 #include <torch_monitor/script/stat.h>
 
 #include "test_support.h"

@@ -74,6 +74,9 @@ def main():
         stat = tm.IntStat("loss", AGGREGATIONS, window_steps=WINDOW_STEPS, sync_ranks=sync)
     elif scenario == "mismatch_window" and rank == 1:
         stat = tm.Stat("loss", AGGREGATIONS, window_steps=2 * WINDOW_STEPS, sync_ranks=sync)
+    elif scenario == "mismatch_aggregations" and rank == 1:
+        # No VALUE: the same window, other aggregations.
+        stat = tm.Stat("loss", AGGREGATIONS[:-1], window_steps=WINDOW_STEPS, sync_ranks=sync)
     else:
         stat = tm.Stat("loss", AGGREGATIONS, window_steps=WINDOW_STEPS, sync_ranks=sync)
     # One gloo collective, as a training step would issue.

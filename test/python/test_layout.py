@@ -16,18 +16,19 @@ SRC = ROOT / "csrc" / "src"
 # include/torch_monitor without the extension; an entry ending in "/" takes
 # a whole folder, and the longest matching entry decides.
 LAYERS = [
-    # Process-wide mechanisms with no knowledge of events or stats.
-    ("detail utilities", ["export", "detail/text", "detail/in_place",
-                          "detail/lifecycle", "detail/fork_safe_locks",
-                          "detail/blocking_lock", "detail/thread_shard",
-                          "detail/accumulator", "detail/call_each"]),
+    # detail/: process-wide mechanisms with no knowledge of events or stats
+    # (fork and exit hooks, fork-safe and blocking locks, thread slots and
+    # the asymmetric barrier, text checks, small helpers).
+    ("detail utilities", ["export", "detail/"]),
     # The vocabulary and the services a Stat logs through.
     ("core", ["version", "aggregation", "event", "statistics_events", "step", "clock",
               "process_rank", "background_warnings", "event_handler"]),
-    # What a Stat is made of: the engine, and the threads and registries
-    # that close, merge and reset its windows (with the rank groups that
-    # the merging thread serves).
-    ("stat engine", ["detail/", "rank_sync"]),
+    # engine/: what a Stat is made of, and the threads and registries that
+    # close and reset its windows; rank_sync/: the thread that merges them
+    # across ranks (a Stat's and a watch's), with the rank groups it serves.
+    # One layer: the engine posts to the rank sync, which closes the live
+    # Stats' windows at exit.
+    ("stat engine", ["engine/", "rank_sync/", "rank_sync"]),
     ("stats", ["stat", "wait_counter"]),
     ("reducers", ["reducers/"]),
     ("monitors", ["monitors/"]),
@@ -41,8 +42,8 @@ LAYERS = [
 
 # Headers with no out-of-line code, so without a .cpp.
 HEADER_ONLY = {
-    "export", "torch_monitor", "nn", "nn/call", "detail/accumulator",
-    "detail/call_each",
+    "export", "torch_monitor", "nn", "nn/call", "engine/accumulator",
+    "engine/thread_shard", "detail/call_each",
     "detail/in_place", "reducers/factory", "reducers/reducers",
     "sinks/sinks",
 }

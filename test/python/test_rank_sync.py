@@ -186,25 +186,28 @@ def local_windows(result, scenario, rank):
     return events
 
 
-@pytest.mark.parametrize("scenario", ["mismatch_type", "mismatch_window"])
+@pytest.mark.parametrize("scenario", ["mismatch_type", "mismatch_window", "mismatch_aggregations"])
 def test_ranks_whose_stats_differ_are_never_merged(tmp_path, scenario):
     # Rank 0 Stat("loss"), rank 1 IntStat("loss") merged to min 1e-323 and a
     # wrong sum; window_steps 4 on rank 0 and 8 on rank 1 merged rank 1's
-    # 8-step windows into 4-step ones. Now rank 0 refuses them and says so;
-    # rank 1 logs its windows itself.
+    # 8-step windows into 4-step ones; a rank 1 without VALUE was merged
+    # into rank 0's windows as if it had asked for it (issue 25). Now rank 0
+    # refuses them and says so; rank 1 logs its windows itself.
     results, _ = run_ranks(tmp_path, 2, scenario, env={"DEADLINE": "1"})
     check_windows(merged_events(results[0]), [range(1)] * 3, scenario)
     warned = [w for w in results[0]["warnings"] if "is not the same on every rank" in w]
     assert len(warned) == 1, results[0]["warnings"]
-    other = (
-        "rank 1 a IntStat with window_steps=4"
-        if scenario == "mismatch_type"
-        else "rank 1 a Stat with window_steps=8"
-    )
-    assert "Stat 'loss'" in warned[0] and "rank 0 has a Stat with window_steps=4" in warned[0], warned
+    aggregations = "aggregations=[value, mean, count, sum, max, min]"
+    other = {
+        "mismatch_type": f"rank 1 a IntStat with window_steps=4, {aggregations}",
+        "mismatch_window": f"rank 1 a Stat with window_steps=8, {aggregations}",
+        "mismatch_aggregations": "rank 1 a Stat with window_steps=4, aggregations=[mean, count, sum, max, min]",
+    }[scenario]
+    assert "Stat 'loss'" in warned[0], warned
+    assert f"rank 0 has a Stat with window_steps=4, {aggregations}" in warned[0], warned
     assert other in warned[0], warned
     own = local_windows(results[1], scenario, 1)
-    expected = 3 if scenario == "mismatch_type" else 2  # 8-step windows over 12 steps
+    expected = 2 if scenario == "mismatch_window" else 3  # 8-step windows over 12 steps
     assert len(own) == expected, own
     assert sum(e["data"]["loss.count"] for e in own) == 2 * worker.STEPS, own
     assert any("not merged across ranks" in w for w in results[1]["warnings"]), results[1]["warnings"]

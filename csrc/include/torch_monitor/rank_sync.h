@@ -48,8 +48,8 @@ TORCH_MONITOR_API std::shared_ptr<const RankGroup> defaultRankGroup();
 
 // Waits (bounded by the groups' deadlines) until every window closed so far
 // has been posted and, on the root, merged and logged; on the other ranks,
-// taken by the root (or logged here, see postRankWindow in
-// detail/rank_sync.h).
+// taken by the root (or logged here, see postRankPayload in
+// rank_sync/protocol.h).
 // Thread safety: callable from any thread.
 TORCH_MONITOR_API void flushRankSync() noexcept;
 

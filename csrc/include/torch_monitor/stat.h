@@ -12,7 +12,7 @@
 
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/clock.h>
-#include <torch_monitor/detail/stat_engine.h>
+#include <torch_monitor/engine/stat_engine.h>
 #include <torch_monitor/export.h>
 
 namespace at {
@@ -35,7 +35,7 @@ enum class WindowClose : uint8_t {
   LAZY,
   // Also by the window timer, a background thread shared by all such Stats,
   // shortly after the window ends if it holds samples; handlers then run on
-  // that thread. Bound, exit and fork: see detail/window_timer.h.
+  // that thread. Bound, exit and fork: see engine/window_timer.h.
   ON_TIME,
 };
 
@@ -49,8 +49,8 @@ enum class WindowClose : uint8_t {
 // "<name>.<aggregation>" key per enabled aggregation.
 //
 // With the default (unbounded) maxSamples, add() is lock-free and each thread
-// accumulates into a shard of its own (the engine: detail/stat_engine.h and
-// detail/thread_shard.h); with a finite maxSamples the per-window cap needs
+// accumulates into a shard of its own (the engine: engine/stat_engine.h and
+// engine/thread_shard.h); with a finite maxSamples the per-window cap needs
 // one exact count, so add() takes the stat's mutex.
 //
 // Every live Stat is known to a process-wide registry (joined at
@@ -60,7 +60,7 @@ enum class WindowClose : uint8_t {
 // samples it inherited belong to the parent's window, which the parent logs.
 //
 // Tensors are samples too (add(const at::Tensor&)): a CPU tensor is read in
-// place; a tensor on another device stays there (detail/tensor_window.h)
+// place; a tensor on another device stays there (engine/tensor_window.h)
 // until its window closes, so adding it never waits for the device.
 //
 // With WindowClose::ON_TIME a window is also closed shortly after it ends,

@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <limits>
-#include <sstream>
 #include <unordered_map>
 #include <utility>
 
@@ -21,16 +19,18 @@
 
 #include <torch_monitor/clock.h>
 #include <torch_monitor/detail/call_each.h>
-#include <torch_monitor/detail/rank_sync.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
+#include <torch_monitor/rank_sync/protocol.h>
 #include <torch_monitor/sinks/tensorboard_writer.h>
 #include <torch_monitor/stat.h>
 #include <torch_monitor/statistics_events.h>
 #include <torch_monitor/step.h>
 #include <torch_monitor/watch/memory.h>
+#include <torch_monitor/watch/payload.h>
 #include <torch_monitor/watch/statistics.h>
+#include <torch_monitor/watch/window_events.h>
 
 namespace torch_monitor::watch {
 
@@ -44,136 +44,6 @@ namespace {
 
 constexpr std::string_view kKindNames[] = {
     "grad", "weight", "update", "output", "output_grad"};
-
-// The ranks' payloads: a header, then the memory counters, then every
-// key's row. An empty marker (a window this rank skipped) is the magic
-// alone.
-constexpr uint64_t kPayloadMagic = 0x31484354'41574d54; // "TMWATCH1"
-constexpr size_t kMemoryStats = 5;
-
-struct Payload {
-  uint64_t layoutHash = 0;
-  int64_t step = -1; // the step at which this rank closed the window
-  bool hasMemory = false;
-  int64_t memory[kMemoryStats] = {};
-  std::vector<double> rows;
-};
-
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  const size_t at = out.size();
-  out.resize(at + sizeof v);
-  std::memcpy(out.data() + at, &v, sizeof v);
-}
-
-template <typename T>
-bool take(const std::vector<uint8_t>& in, size_t& at, T& v) {
-  if (at + sizeof v > in.size()) {
-    return false;
-  }
-  std::memcpy(&v, in.data() + at, sizeof v);
-  at += sizeof v;
-  return true;
-}
-
-std::vector<uint8_t> encode(const Payload& p) {
-  std::vector<uint8_t> out;
-  out.reserve(8 * (6 + kMemoryStats) + sizeof(double) * p.rows.size());
-  put(out, kPayloadMagic);
-  put(out, p.layoutHash);
-  put(out, p.step);
-  put(out, uint64_t(p.hasMemory));
-  for (int64_t m : p.memory) {
-    put(out, m);
-  }
-  put(out, uint64_t(p.rows.size()));
-  const size_t at = out.size();
-  out.resize(at + sizeof(double) * p.rows.size());
-  std::memcpy(out.data() + at, p.rows.data(), sizeof(double) * p.rows.size());
-  return out;
-}
-
-std::vector<uint8_t> emptyMarker() {
-  std::vector<uint8_t> out;
-  put(out, kPayloadMagic);
-  return out;
-}
-
-// Nothing for an empty marker or bytes that are not a payload.
-std::optional<Payload> decode(const std::vector<uint8_t>& in) {
-  size_t at = 0;
-  uint64_t magic = 0;
-  Payload p;
-  uint64_t hasMemory = 0;
-  uint64_t n = 0;
-  if (!take(in, at, magic) || magic != kPayloadMagic ||
-      !take(in, at, p.layoutHash) || !take(in, at, p.step) ||
-      !take(in, at, hasMemory)) {
-    return std::nullopt;
-  }
-  for (int64_t& m : p.memory) {
-    if (!take(in, at, m)) {
-      return std::nullopt;
-    }
-  }
-  if (!take(in, at, n) || in.size() - at != n * sizeof(double)) {
-    return std::nullopt;
-  }
-  p.hasMemory = hasMemory != 0;
-  p.rows.resize(n);
-  std::memcpy(p.rows.data(), in.data() + at, n * sizeof(double));
-  return p;
-}
-
-uint64_t fnv1a(uint64_t hash, std::string_view text) {
-  for (unsigned char c : text) {
-    hash = (hash ^ c) * 0x100000001b3ULL;
-  }
-  return hash;
-}
-
-// The events of one window: the statistics of every key that saw an
-// observation (plus the memory counters), and the keys that saw non-finite
-// values with the first step they did. Nothing when no key saw anything.
-std::vector<Event> eventsOf(
-    const std::vector<Key>& keys,
-    const double* rows,
-    std::optional<int64_t> step,
-    const std::vector<std::pair<std::string, int64_t>>& memory,
-    std::optional<int64_t> ranks) {
-  Event watch;
-  watch.name = kEventName;
-  watch.timestamp = std::chrono::system_clock::now();
-  watch.step = step;
-  Event nonFinite = watch;
-  nonFinite.name = kNonFiniteEventName;
-  watch.data.reserve(keys.size() * 9 + memory.size() + 1);
-  for (size_t k = 0; k < keys.size(); ++k) {
-    const double* row = rows + k * kColumns;
-    const std::string name = keys[k].name();
-    appendStatistics(watch.data, name, row, keys[k].kind == Kind::Update);
-    if (row[column::kNonFinite] > 0.0) {
-      nonFinite.data.emplace(
-          name, static_cast<int64_t>(-row[column::kNegFirstNonFinite]));
-    }
-  }
-  std::vector<Event> events;
-  if (watch.data.empty()) {
-    return events;
-  }
-  for (const auto& [name, value] : memory) {
-    watch.data.emplace(name, value);
-  }
-  if (ranks) {
-    // Keyed like the statistics: one TensorBoard tag of its own.
-    watch.data.emplace("watch.ranks", *ranks);
-  }
-  events.push_back(std::move(watch));
-  if (!nonFinite.data.empty()) {
-    events.push_back(std::move(nonFinite));
-  }
-  return events;
-}
 
 void dispatchAll(const std::vector<Event>& events) {
   detail::callEach(
@@ -273,28 +143,8 @@ Recorder::Recorder(
   resetSlots(slots_);
   gate_ = at::scalar_tensor(0.0, f64);
   histogramStep_.assign(keys_.size(), -1);
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (const Key& key : keys_) {
-    hash = fnv1a(fnv1a(hash, key.name()), "\n");
-  }
-  layoutHash_ = hash;
-  // Everything that changes what a window's rows mean, or what the merged
-  // event holds: ranks whose watches differ in any of it are never merged.
-  std::ostringstream shape;
-  shape << "a watch of " << keys_.size() << " keys (" << keys_.front().name();
-  if (keys_.size() > 1) {
-    shape << " ... " << keys_.back().name();
-  }
-  shape << ", layout " << std::hex << layoutHash_ << std::dec << ", "
-        << kColumns << " columns) with ";
-  if (options_.windowSteps > 0) {
-    shape << "window_steps=" << options_.windowSteps;
-  } else {
-    shape << "window_size=" << options_.windowSize.count() << " ms";
-  }
-  shape << ", every=" << options_.every
-        << ", memory=" << (options_.memory ? "True" : "False");
-  shape_ = shape.str();
+  layoutHash_ = layoutHashOf(keys_);
+  shape_ = shapeOf(keys_, options_, layoutHash_);
 }
 
 std::shared_ptr<Recorder> Recorder::create(
@@ -540,85 +390,37 @@ void Recorder::publish(Closed c) {
   const bool empty = !c.rows.defined();
   const double* rows = empty ? nullptr : c.rows.const_data_ptr<double>();
   if (options_.syncRanks) {
-    std::vector<uint8_t> payload = emptyMarker();
+    std::vector<uint8_t> payload = emptyPayload();
     if (!empty) {
       Payload p;
       p.layoutHash = layoutHash_;
       p.step = c.step.value_or(-1);
       p.hasMemory = !c.memory.empty();
-      for (size_t i = 0; i < c.memory.size() && i < kMemoryStats; ++i) {
+      for (size_t i = 0; i < c.memory.size() && i < Payload::kMemoryStats;
+           ++i) {
         p.memory[i] = c.memory[i].second;
       }
       p.rows.assign(rows, rows + c.rows.numel());
-      payload = encode(p);
+      payload = encodePayload(p);
     }
-    // Merged on the rank sync thread from copies: this recorder may be
-    // gone by then.
-    detail::MergedPayloadBuilder merge =
-        [keys = keys_, hash = layoutHash_](
-            const std::vector<std::vector<uint8_t>>& values) {
-          std::vector<double> merged(keys.size() * kColumns);
-          for (size_t k = 0; k < keys.size(); ++k) {
-            fillIdentity(merged.data() + k * kColumns);
-          }
-          std::optional<int64_t> step;
-          std::vector<std::pair<std::string, int64_t>> memory;
-          for (const auto& bytes : values) {
-            const auto share = decode(bytes);
-            if (!share) {
-              continue; // an empty marker: the rank observed nothing
-            }
-            // Rank 0 refused the posts of other layouts (the shape below):
-            // what reaches here has this one, bar foreign bytes.
-            if (share->layoutHash != hash ||
-                share->rows.size() != merged.size()) {
-              continue;
-            }
-            for (size_t k = 0; k < keys.size(); ++k) {
-              mergeRow(
-                  merged.data() + k * kColumns,
-                  share->rows.data() + k * kColumns);
-            }
-            if (share->step >= 0) {
-              step = std::min(step.value_or(share->step), share->step);
-            }
-            if (share->hasMemory) {
-              const auto& names = deviceMemoryStatNames();
-              if (memory.empty()) {
-                for (size_t i = 0; i < kMemoryStats; ++i) {
-                  memory.emplace_back(names[i], share->memory[i]);
-                }
-              } else {
-                // Sizes: the largest rank's (the one nearest to running
-                // out); counts of retries and OOMs: all ranks'.
-                for (size_t i = 0; i < kMemoryStats; ++i) {
-                  memory[i].second = i < 3
-                      ? std::max(memory[i].second, share->memory[i])
-                      : memory[i].second + share->memory[i];
-                }
-              }
-            }
-          }
-          return eventsOf(
-              keys, merged.data(), step, memory, int64_t(values.size()));
-        };
     // Ranks whose watches differ (another model, other include/exclude,
     // another window, `every` or `memory`: see shape()) are refused by
-    // rank 0 and log their windows themselves.
+    // rank 0 and log their windows themselves. Merged on the rank sync
+    // thread from copies: this recorder may be gone by then.
     if (detail::postRankPayload(
             this,
             syncName_,
             "watch " + syncName_,
             c.index,
             std::move(payload),
-            emptyMarker(),
+            emptyPayload(),
             shape_,
-            std::move(merge))) {
+            payloadMerger(keys_, layoutHash_))) {
       return;
     }
   }
   if (!empty) {
-    dispatchAll(eventsOf(keys_, rows, c.step, c.memory, std::nullopt));
+    dispatchAll(windowEvents(keys_, rows, c.step, c.memory, std::nullopt));
   }
 }
 

@@ -8,7 +8,8 @@
 // modules, hooks or optimizers: the Python package (torch_monitor/watch.py)
 // and the C++ Watch (watch/watch.h) attach those and hand every
 // observation to observe(), which the op torch_monitor::watch_observe_
-// also calls.
+// also calls. What a window logs is watch/window_events.h's; how it travels
+// and merges across ranks, watch/payload.h's.
 
 #include <chrono>
 #include <cstdint>

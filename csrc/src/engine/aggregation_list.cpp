@@ -1,4 +1,4 @@
-#include <torch_monitor/detail/aggregation_list.h>
+#include <torch_monitor/engine/aggregation_list.h>
 
 namespace torch_monitor::detail {
 

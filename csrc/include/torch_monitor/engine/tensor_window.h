@@ -6,7 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Stream.h>
 
-#include <torch_monitor/detail/accumulator.h>
+#include <torch_monitor/engine/accumulator.h>
 
 namespace torch_monitor::detail {
 

@@ -1,4 +1,4 @@
-#include <torch_monitor/detail/thread_shard.h>
+#include <torch_monitor/detail/thread_slots.h>
 
 #include <bitset>
 #include <cstdint>

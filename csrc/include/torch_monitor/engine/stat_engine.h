@@ -12,10 +12,10 @@
 
 #include <torch_monitor/aggregation.h>
 #include <torch_monitor/clock.h>
-#include <torch_monitor/detail/accumulator.h>
-#include <torch_monitor/detail/aggregation_list.h>
-#include <torch_monitor/detail/live_stats.h>
-#include <torch_monitor/detail/thread_shard.h>
+#include <torch_monitor/engine/accumulator.h>
+#include <torch_monitor/engine/aggregation_list.h>
+#include <torch_monitor/engine/live_stats.h>
+#include <torch_monitor/engine/thread_shard.h>
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
 
@@ -31,7 +31,7 @@ namespace torch_monitor::detail {
 
 template <typename T>
 class TensorWindow;
-struct WindowShape; // detail/rank_sync.h
+struct WindowShape; // what ranks compare before they merge (rank sync)
 
 // The lock-free engine of Stat<T> (stat.h), which derives from it and adds
 // the public API and its argument checks. The engine keeps the windows (on
@@ -213,7 +213,8 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
       AggregationSet enabled,
       const Accumulator<T>& window,
       std::optional<int64_t> step);
-  // What a rank posts to say which windows it merges (detail/rank_sync.h).
+  // What a rank posts to say which windows it merges: ranks of another
+  // shape are never merged with it.
   WindowShape windowShape() const noexcept;
   int64_t windowIdAt(int64_t nowMs) const noexcept {
     // The window that holds step 2**63-1 would end beyond int64: it is the
@@ -258,7 +259,7 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
   const bool closedOnTime_; // by the window timer (WindowClose::ON_TIME)
   const AggregationSet aggregations_;
   // Set once by Stat::syncRanks(); the group itself lives in the rank sync
-  // thread's table (rank_sync.cpp), so Stats that never sync pay one byte.
+  // thread's table (enableRankSync), so Stats that never sync pay one byte.
   std::atomic<bool> syncRanks_{false};
   // The mode (capped_) never changes, so its state shares one pointer.
   union ModeState {

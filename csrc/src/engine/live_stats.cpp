@@ -1,4 +1,4 @@
-#include <torch_monitor/detail/live_stats.h>
+#include <torch_monitor/engine/live_stats.h>
 
 #include <cstdint>
 #include <exception>

@@ -1,4 +1,4 @@
-#include <torch_monitor/detail/stat_engine.h>
+#include <torch_monitor/engine/stat_engine.h>
 
 #include <algorithm>
 #include <exception>
@@ -7,9 +7,10 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/detail/call_each.h>
-#include <torch_monitor/detail/rank_sync.h>
-#include <torch_monitor/detail/tensor_window.h>
+#include <torch_monitor/engine/tensor_window.h>
 #include <torch_monitor/event_handler.h>
+#include <torch_monitor/rank_sync/protocol.h>
+#include <torch_monitor/rank_sync/stat_share.h>
 #include <torch_monitor/step.h>
 
 namespace torch_monitor::detail {
@@ -355,8 +356,19 @@ Event StatEngine<T>::eventOfWindow(
 
 template <typename T>
 WindowShape StatEngine<T>::windowShape() const noexcept {
-  return WindowShape{
-      std::is_same_v<T, int64_t>, clock_ == ClockSource::STEP, windowLength_};
+  WindowShape shape;
+  shape.integer = std::is_same_v<T, int64_t>;
+  shape.steps = clock_ == ClockSource::STEP;
+  shape.length = windowLength_;
+  for (int a = 1; a < NUM_AGGREGATIONS; ++a) {
+    if (aggregations_.contains(static_cast<Aggregation>(a))) {
+      shape.aggregations |= uint8_t(1u << a);
+    }
+  }
+  if (capped_) {
+    shape.maxSamples = state_.capped->maxSamples;
+  }
+  return shape;
 }
 
 template <typename T>
@@ -367,30 +379,19 @@ std::optional<Event> StatEngine<T>::eventOf(const ClosedWindow& closed) const {
   const std::optional<int64_t> step = closed.stamp ? closed.stamp : getStep();
   if (syncRanks_.load(std::memory_order_relaxed)) {
     // Merged on the rank sync thread, from copies: this Stat may be gone by
-    // then. Ranks merge from the highest to the lowest with equal times, so
-    // VALUE is the lowest rank's that has samples (Accumulator::merge keeps
-    // the later share's value on a tie).
+    // then.
     MergedEventBuilder build =
         [name = name_, enabled = aggregations_](
             const std::vector<RankShare>& shares)
         -> std::optional<Event> {
-      Accumulator<T> merged;
-      // The earliest step at which a rank with samples closed the window (a
-      // rank closes it lazily, at its next add).
-      std::optional<int64_t> step;
-      for (auto it = shares.rbegin(); it != shares.rend(); ++it) {
-        merged.merge(it->template accumulator<T>());
-        if (it->count > 0 && it->step >= 0) {
-          step = std::min(step.value_or(it->step), it->step);
-        }
-      }
-      if (merged.count == 0) {
+      const MergedShares<T> merged = mergeShares<T>(shares);
+      if (merged.values.count == 0) {
         return std::nullopt;
       }
-      Event event = eventOfWindow(name, enabled, merged, step);
+      Event event = eventOfWindow(name, enabled, merged.values, merged.step);
       // Keyed by the Stat, like its aggregates: one TensorBoard tag (and
       // Prometheus sample) per synced Stat, not one "ranks" shared by all.
-      event.data.emplace(name + ".ranks", int64_t(shares.size()));
+      event.data.emplace(name + ".ranks", merged.ranks);
       return event;
     };
     const auto share = RankShare::of(closed.values, step, windowShape());

@@ -1,4 +1,4 @@
-#include <torch_monitor/detail/tensor_window.h>
+#include <torch_monitor/engine/tensor_window.h>
 
 #include <algorithm>
 #include <exception>

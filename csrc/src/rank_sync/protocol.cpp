@@ -1,11 +1,10 @@
-#include <torch_monitor/detail/rank_sync.h>
+#include <torch_monitor/rank_sync/protocol.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -25,10 +24,11 @@
 
 #include <torch_monitor/background_warnings.h>
 #include <torch_monitor/detail/lifecycle.h>
-#include <torch_monitor/detail/live_stats.h>
 #include <torch_monitor/detail/text.h>
+#include <torch_monitor/engine/live_stats.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
+#include <torch_monitor/rank_sync/store_io.h>
 
 namespace torch_monitor {
 namespace detail {
@@ -55,97 +55,7 @@ constexpr size_t kMaxQueuedWindows = 4096;
 // Empty markers posted at most for the windows a rank skipped.
 constexpr int64_t kMaxEmptyMarkers = 64;
 
-constexpr size_t kShareBytes = 8 * sizeof(uint64_t);
-
-using Bytes = std::vector<uint8_t>;
-
-// What a share's key holds once it is decided (one byte: never a share):
-// the root took it into a merge; the root refused it (the ranks' Stats
-// differ); it came after the root gave up waiting for it; its rank took it
-// back (the root did not take it in time) and logs it itself.
-const Bytes kTaken{'T'};
-const Bytes kRefused{'R'};
-const Bytes kLate{'L'};
-const Bytes kGivenUp{'G'};
-// Never a key's value: compareSet(key, kAbsent, kAbsent) reads a key
-// without waiting for it (Store::get waits until it exists), kAbsent
-// meaning there is none.
-const Bytes kAbsent{'?'};
-
-Bytes encode(const RankShare& share) {
-  const uint64_t fields[8] = {
-      uint64_t(share.count),
-      share.sum,
-      share.min,
-      share.max,
-      share.value,
-      uint64_t(share.step),
-      uint64_t(share.shape.integer) | (uint64_t(share.shape.steps) << 1),
-      uint64_t(share.shape.length)};
-  Bytes bytes(kShareBytes);
-  std::memcpy(bytes.data(), fields, kShareBytes);
-  return bytes;
-}
-
-std::optional<RankShare> decode(const Bytes& bytes) {
-  if (bytes.size() != kShareBytes) {
-    return std::nullopt; // a marker, or not ours: never misread as a share
-  }
-  uint64_t fields[8];
-  std::memcpy(fields, bytes.data(), kShareBytes);
-  RankShare share;
-  share.count = int64_t(fields[0]);
-  share.sum = fields[1];
-  share.min = fields[2];
-  share.max = fields[3];
-  share.value = fields[4];
-  share.step = int64_t(fields[5]);
-  share.shape.integer = (fields[6] & 1) != 0;
-  share.shape.steps = (fields[6] & 2) != 0;
-  share.shape.length = int64_t(fields[7]);
-  return share;
-}
-
-// What a rank posts under its key: the poster's shape (the text that must
-// match rank 0's), then its payload. At least five bytes, so never one of
-// the one-byte markers above.
-Bytes wrap(const std::string& shape, const Bytes& payload) {
-  const uint32_t length = uint32_t(shape.size());
-  Bytes bytes(sizeof length + shape.size() + payload.size());
-  std::memcpy(bytes.data(), &length, sizeof length);
-  std::memcpy(bytes.data() + sizeof length, shape.data(), shape.size());
-  std::memcpy(
-      bytes.data() + sizeof length + shape.size(),
-      payload.data(),
-      payload.size());
-  return bytes;
-}
-
-struct Posted {
-  std::string shape;
-  Bytes payload;
-};
-
-// Nothing for a marker, or bytes that are not a post.
-std::optional<Posted> unwrap(const Bytes& bytes) {
-  uint32_t length = 0;
-  if (bytes.size() < sizeof length + 1) {
-    return std::nullopt;
-  }
-  std::memcpy(&length, bytes.data(), sizeof length);
-  if (bytes.size() - sizeof length < length) {
-    return std::nullopt;
-  }
-  const auto* begin = bytes.data() + sizeof length;
-  return Posted{
-      std::string(reinterpret_cast<const char*>(begin), length),
-      Bytes(begin + length, bytes.data() + bytes.size())};
-}
-
-// The value of `key`, kAbsent when there is none; never waits.
-Bytes peek(c10d::Store& store, const std::string& key) {
-  return store.compareSet(key, kAbsent, kAbsent);
-}
+using Bytes = StoreBytes;
 
 void dispatchLogged(const Event& event) noexcept {
   try {
@@ -204,18 +114,6 @@ struct SyncedStat {
   int64_t lastIndex = 0;
   bool posted = false;
 };
-
-std::string keyOf(const std::string& prefix, int64_t rank) {
-  return prefix + std::to_string(rank);
-}
-
-// The window index in a key prefix "torch_monitor/<stat>/<window>/", for
-// messages.
-std::string windowOf(const std::string& prefix) {
-  const size_t end = prefix.size() - 1;
-  const size_t begin = prefix.rfind('/', end - 1) + 1;
-  return prefix.substr(begin, end - begin);
-}
 
 // Lock order: the mutex is taken last (postRankWindow runs under the
 // live-stat registry's or the window timer's lock) and nothing is taken
@@ -363,9 +261,9 @@ struct RankSync {
 
   static void post(Outgoing& out, Work& work) {
     const std::string key = keyOf(out.prefix, out.group->rank);
-    Bytes bytes = wrap(out.shape, out.payload);
+    Bytes bytes = wrapPost(out.shape, out.payload);
     try {
-      out.group->store->set(key, bytes);
+      writeKey(*out.group->store, key, bytes);
     } catch (const std::exception& e) {
       warnOnce(
           work,
@@ -422,8 +320,8 @@ struct RankSync {
   }
 
   // True when the window is done (merged, or given up on). The root takes
-  // another rank's share with compareSet (share -> kTaken), so that a rank
-  // that took it back meanwhile (kGivenUp) is never merged as well.
+  // another rank's share with compareSet (share -> kTakenMark), so that a rank
+  // that took it back meanwhile (kGivenUpMark) is never merged as well.
   static bool tryMerge(Merge& merge, bool pastDeadline, Work& work) {
     const RankGroup& group = *merge.group;
     std::vector<std::string> keys;
@@ -434,7 +332,7 @@ struct RankSync {
     try {
       std::vector<int64_t> present;
       std::vector<std::string> missing;
-      if (group.store->check(keys)) {
+      if (keysExist(*group.store, keys)) {
         for (int64_t r = 0; r < group.worldSize; ++r) {
           present.push_back(r);
         }
@@ -442,7 +340,7 @@ struct RankSync {
         return false;
       } else {
         for (int64_t r = 0; r < group.worldSize; ++r) {
-          if (group.store->check({keys[r]})) {
+          if (keysExist(*group.store, {keys[r]})) {
             present.push_back(r);
           } else {
             missing.push_back(keys[r]);
@@ -454,18 +352,18 @@ struct RankSync {
         const std::string& key = keys[r];
         // Read without waiting: a rank that took its share back may have
         // deleted it since the check (multiGet would wait for the key).
-        const Bytes value = peek(*group.store, key);
-        auto posted = unwrap(value);
+        const Bytes value = peekKey(*group.store, key);
+        auto posted = unwrapPost(value);
         if (!posted) {
           continue; // its rank took it back: not merged here
         }
         if (r == group.rank) {
-          group.store->deleteKey(key); // nobody else takes the root's own
+          deleteKey(*group.store, key); // nobody else takes the root's own
           payloads.push_back(std::move(posted->payload));
           continue;
         }
         if (posted->shape != merge.shape) {
-          group.store->compareSet(key, value, kRefused);
+          swapKey(*group.store, key, value, kRefusedMark);
           warnOnce(
               work,
               "shape/" + merge.what + "/" + std::to_string(r),
@@ -478,8 +376,8 @@ struct RankSync {
                   "it the same way on every rank");
           continue;
         }
-        if (group.store->compareSet(key, value, kTaken) == kTaken) {
-          group.store->deleteKey(key);
+        if (swapKey(*group.store, key, value, kTakenMark) == kTakenMark) {
+          deleteKey(*group.store, key);
           payloads.push_back(std::move(posted->payload));
         }
       }
@@ -520,12 +418,12 @@ struct RankSync {
                 keys.begin(),
                 keys.end(),
                 [&](const std::string& key) {
-                  const Bytes value = peek(store, key);
-                  if (value == kAbsent) {
+                  const Bytes value = peekKey(store, key);
+                  if (value == kAbsentKey) {
                     return false; // not come yet
                   }
-                  if (unwrap(value)) {
-                    store.compareSet(key, value, kLate);
+                  if (unwrapPost(value)) {
+                    swapKey(store, key, value, kLateMark);
                   }
                   return true;
                 }),
@@ -575,7 +473,7 @@ struct RankSync {
     const std::string fallback =
         "; this rank logs such windows itself, as windows of one rank";
     try {
-      Bytes value = peek(store, watch.key);
+      Bytes value = peekKey(store, watch.key);
       auto giveUp =
           watch.postedAt + kLeftoverDeadlines * posted.group->deadline;
       if (exitStarted) {
@@ -584,19 +482,19 @@ struct RankSync {
       if (value == watch.bytes && (takeAllBack || now >= giveUp)) {
         // Ours again unless the root took it in the meantime (a key the
         // root took and deleted answers the expected value).
-        value = store.compareSet(watch.key, watch.bytes, kGivenUp);
+        value = swapKey(store, watch.key, watch.bytes, kGivenUpMark);
         if (value == watch.bytes) {
           return true;
         }
       }
-      if (value == kAbsent || value == kTaken) {
+      if (value == kAbsentKey || value == kTakenMark) {
         return true; // merged by the root
       }
       if (value == watch.bytes) {
         return false; // not taken yet
       }
       std::string reason;
-      if (value == kGivenUp) {
+      if (value == kGivenUpMark) {
         const auto waited =
             std::chrono::duration_cast<std::chrono::milliseconds>(
                 now - watch.postedAt);
@@ -606,7 +504,7 @@ struct RankSync {
             where + "rank 0 did not take it within " +
                 std::to_string(waited.count()) +
                 " ms (rank 0 is gone or stalled)" + fallback);
-      } else if (value == kLate) {
+      } else if (value == kLateMark) {
         warnOnce(
             work,
             "late/" + posted.what,
@@ -614,7 +512,7 @@ struct RankSync {
                 "it reached the Store after rank 0 had merged the window "
                 "without it (this rank was later than the deadline)" +
                 fallback);
-      } else if (value == kRefused) {
+      } else if (value == kRefusedMark) {
         warnOnce(
             work,
             "refused/" + posted.what,
@@ -625,7 +523,7 @@ struct RankSync {
       } else {
         return true; // foreign data under our key: left alone
       }
-      store.deleteKey(watch.key);
+      deleteKey(store, watch.key);
     } catch (const std::exception& e) {
       warnOnce(
           work,
@@ -738,13 +636,13 @@ bool postRankPayload(
         errorMessage(e));
     return false;
   }
-  const std::string statPrefix = "torch_monitor/" + name + "/";
+  const std::string stream = streamPrefix(name);
   for (int64_t i = firstMarker; i <= index; ++i) {
     s.queue.push_back(Outgoing{
         group,
         what,
-        statPrefix + std::to_string(i) + "/",
-        statPrefix,
+        windowPrefix(stream, i),
+        stream,
         shape,
         i == index ? std::move(payload) : emptyMarker,
         build});
@@ -754,42 +652,6 @@ bool postRankPayload(
   s.wake.notify_all();
   return true;
 }
-
-bool postRankWindow(
-    const void* stat,
-    const std::string& name,
-    int64_t index,
-    const RankShare& share,
-    MergedEventBuilder build) {
-  // The shares that decode (all of them but foreign bytes), merged.
-  MergedPayloadBuilder merge = [build = std::move(build)](
-                                   const std::vector<Bytes>& values) {
-    std::vector<RankShare> shares;
-    for (const Bytes& bytes : values) {
-      if (auto decoded = decode(bytes)) {
-        shares.push_back(*decoded);
-      }
-    }
-    std::vector<Event> events;
-    if (!shares.empty()) {
-      if (auto event = build(shares)) {
-        events.push_back(std::move(*event));
-      }
-    }
-    return events;
-  };
-  return postRankPayload(
-      stat,
-      name,
-      "Stat '" + name + "'",
-      index,
-      encode(share),
-      encode(share.emptyMarker()),
-      share.shape.describe(),
-      std::move(merge));
-}
-
-
 void storeDefaultRankGroup(std::shared_ptr<const RankGroup> group) {
   RankSync& s = RankSync::get();
   std::lock_guard<std::mutex> guard(s.mutex);

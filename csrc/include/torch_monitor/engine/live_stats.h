@@ -28,7 +28,7 @@ class TORCH_MONITOR_API LiveStat {
   // Closes the open window now if it holds samples and returns its event; the
   // registry logs it after releasing its own lock.
   virtual std::optional<Event> closeOpenWindow() = 0;
-  // For the window timer (detail/window_timer.h): closes the open window if
+  // For the window timer (engine/window_timer.h): closes the open window if
   // it has ended and holds samples, returning its event, and sets
   // `openEndMs` to the end of the window then open (0: none open).
   virtual std::optional<Event> closeEndedWindow(int64_t& openEndMs) = 0;

@@ -1,4 +1,4 @@
-#include <torch_monitor/detail/window_timer.h>
+#include <torch_monitor/engine/window_timer.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,8 +15,8 @@
 #include <torch_monitor/background_warnings.h>
 #include <torch_monitor/clock.h>
 #include <torch_monitor/detail/lifecycle.h>
-#include <torch_monitor/detail/live_stats.h>
 #include <torch_monitor/detail/text.h>
+#include <torch_monitor/engine/live_stats.h>
 #include <torch_monitor/event_handler.h>
 
 namespace torch_monitor {
