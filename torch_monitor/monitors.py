@@ -1073,7 +1073,7 @@ class StateMonitor(_ObservingMonitor):
         prepend: bool = False,
         filter_: Optional[Callable[[Any], bool]] = None,
         map_: Optional[Callable[[Any], Tuple[torch.Tensor, ...]]] = None,
-        keep_graph: bool = False,
+        **options: Any,
     ):
         nn.Module.__init__(self)
         if not isinstance(attr, str):
