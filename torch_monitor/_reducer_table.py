@@ -139,10 +139,37 @@ def _constructor(cls: type, kind: dict, base_init: Callable) -> Callable:
     return __init__
 
 
+# What every reducer's constructor arguments beyond the parameters mean.
+_ARGUMENT_DOCS = {
+    "step_time": "time between two observations.",
+    "criterion": "tensor -> bool tensor of the matches: a callable, or a "
+    ":class:`Criterion` / built-in name (those can be saved).",
+    "duration": "time over which states are kept. Defaults to 0.",
+    "inclusive": "keep one more state, so that ``duration`` can be viewed. Defaults to False.",
+    "inplace": "write the history in place. Defaults to False.",
+}
+
+
+def _arguments_doc(signature: inspect.Signature) -> str:
+    """The "Args:" section of a reducer's docstring, from its signature."""
+    # Indented as the class docstrings' own lines (inspect.getdoc strips it).
+    lines = ["", "    Args:"]
+    for name, parameter in list(signature.parameters.items())[1:]:
+        doc = _ARGUMENT_DOCS.get(name) or _DOCS.get(name, "")
+        if parameter.default is not inspect.Parameter.empty and name not in _ARGUMENT_DOCS:
+            doc += f" Defaults to {parameter.default!r}."
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
+            doc += " Keyword-only."
+        lines.append(f"        {name}: {doc[0].lower() + doc[1:] if doc else ''}")
+    return "\n".join(lines)
+
+
 def derive(cls: type, base_init: Callable) -> None:
     """Gives `cls` (which sets ``_kind`` in its body) the table's constructor,
-    unless it defines its own, and a property per parameter it lacks."""
+    unless it defines its own, a property per parameter it lacks, and the
+    "Args:" of its docstring (which says what the state is)."""
     kind = kind_of(cls)
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + _arguments_doc(_signature(cls, kind))
     for spec in kind["params"]:
         if not hasattr(cls, spec["name"]):
             setattr(cls, spec["name"], _param_property(spec))

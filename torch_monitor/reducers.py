@@ -439,15 +439,7 @@ class FoldReducer(nn.Module):
 
 
 class PassthroughReducer(FoldReducer):
-    """Records the observations themselves (interpolation: the older one).
-
-    Args:
-        step_time: time between observations.
-        duration: time over which observations are kept. Defaults to 0.
-        inclusive: keep one more observation, so that ``duration`` can be
-            viewed. Defaults to False.
-        inplace: write the history in place. Defaults to False.
-    """
+    """Records the observations themselves (interpolation: the older one)."""
 
     _kind = "PassthroughReducer"
 
@@ -457,13 +449,6 @@ class EventReducer(FoldReducer):
 
     0 where the criterion matches, else the previous value + ``step_time``;
     ``initial`` (``"inf"``, ``"zero"`` or ``"nan"``) before the first match.
-
-    Args:
-        step_time: time between observations.
-        criterion: tensor -> bool tensor; a callable, or a
-            :class:`Criterion` / built-in name (those can be saved).
-        initial: value before the first event. Defaults to ``"inf"``.
-        duration, inclusive, inplace: as for :class:`PassthroughReducer`.
     """
 
     _kind = "EventReducer"
@@ -483,11 +468,6 @@ class EventReducer(FoldReducer):
 class EMAReducer(FoldReducer):
     """Exponential moving average: ``s = alpha * x + (1 - alpha) * s``
     (``s = x`` at the first step); linear interpolation.
-
-    Args:
-        step_time: time between observations.
-        alpha: weight of each new observation, in [0, 1].
-        duration, inclusive, inplace: as for :class:`PassthroughReducer`.
     """
 
     _kind = "EMAReducer"
@@ -496,10 +476,6 @@ class EMAReducer(FoldReducer):
 class CAReducer(FoldReducer):
     """Cumulative average of every observation since the last ``clear()``;
     linear interpolation.
-
-    Args:
-        step_time: time between observations.
-        duration, inclusive, inplace: as for :class:`PassthroughReducer`.
     """
 
     _kind = "CAReducer"
@@ -521,16 +497,6 @@ class NearestTraceReducer(_TraceReducer):
     """Trace of the latest match: ``amplitude`` where the observation equals
     ``target`` (within ``tolerance``), else the previous value decayed by
     exp(-dt / time_constant).
-
-    Args:
-        step_time: time between observations.
-        time_constant: time constant of the decay (> 0).
-        amplitude: value of a match (non-zero).
-        target: value that counts as a match.
-        tolerance: largest absolute difference that still matches (> 0), or
-            None for equality. Defaults to None.
-        duration, inclusive, inplace: keyword-only, as for
-            :class:`PassthroughReducer`.
     """
 
     _kind = "NearestTraceReducer"
@@ -540,8 +506,6 @@ class CumulativeTraceReducer(_TraceReducer):
     """Trace of all matches: the previous value decayed by
     exp(-dt / time_constant), plus ``amplitude`` where the observation equals
     ``target`` (within ``tolerance``).
-
-    Args: as for :class:`NearestTraceReducer`.
     """
 
     _kind = "CumulativeTraceReducer"
@@ -550,16 +514,6 @@ class CumulativeTraceReducer(_TraceReducer):
 class ScaledNearestTraceReducer(_TraceReducer):
     """Trace of the latest match, scaled by the input: ``scale * x +
     amplitude`` where ``criterion(x)``, else the previous value decayed.
-
-    Args:
-        step_time: time between observations.
-        time_constant: time constant of the decay (> 0).
-        amplitude: constant part of a match's value.
-        scale: factor of the observation in a match's value.
-        criterion: tensor -> bool tensor; a callable, or a
-            :class:`Criterion` / built-in name (those can be saved).
-        duration, inclusive, inplace: keyword-only, as for
-            :class:`PassthroughReducer`.
     """
 
     _kind = "ScaledNearestTraceReducer"
@@ -568,8 +522,6 @@ class ScaledNearestTraceReducer(_TraceReducer):
 class ScaledCumulativeTraceReducer(_TraceReducer):
     """Trace of all matches, scaled by the input: the previous value decayed,
     plus ``scale * x + amplitude`` where ``criterion(x)``.
-
-    Args: as for :class:`ScaledNearestTraceReducer`.
     """
 
     _kind = "ScaledCumulativeTraceReducer"
@@ -578,12 +530,6 @@ class ScaledCumulativeTraceReducer(_TraceReducer):
 class ConditionalNearestTraceReducer(_TraceReducer):
     """Like :class:`ScaledNearestTraceReducer`, the matches being a second
     input: ``reducer(x, cond)`` (cond: bool, or nonzero elements).
-
-    Args:
-        step_time, time_constant, amplitude, scale: as for
-            :class:`ScaledNearestTraceReducer`.
-        duration, inclusive, inplace: keyword-only, as for
-            :class:`PassthroughReducer`.
     """
 
     _kind = "ConditionalNearestTraceReducer"
@@ -592,8 +538,6 @@ class ConditionalNearestTraceReducer(_TraceReducer):
 class ConditionalCumulativeTraceReducer(_TraceReducer):
     """Like :class:`ScaledCumulativeTraceReducer`, the matches being a second
     input: ``reducer(x, cond)``.
-
-    Args: as for :class:`ConditionalNearestTraceReducer`.
     """
 
     _kind = "ConditionalCumulativeTraceReducer"

@@ -512,7 +512,7 @@ def test_history_is_detached_by_default():
         assert not mon.peek().requires_grad and mon.peek().grad_fn is None
         torch.testing.assert_close(mon.peek(), torch.full((3,), 2.0))
     assert seen[0].grad_fn is None  # the captured value is a plain copy
-    with pytest.raises(TypeError, match="keep_graph must be a bool"):
+    with pytest.raises(TypeError, match="'keep_graph' must be a bool"):
         tm.DifferenceMonitor(tm.PassthroughReducer(1.0), "p", m, keep_graph="no")
 
 
