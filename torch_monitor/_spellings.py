@@ -264,7 +264,10 @@ FACES: Dict[str, Spelling] = {
 # written in Python) are attached after construction onto its C++ setters
 # (_C._set_python_criterion, _C._set_python_fold); torch_monitor.reducers'
 # nn.Modules hold one as ``script_reducer``.
-FACES["Reducer"] = Spelling()
+FACES["Reducer"] = Spelling(
+    install=_C._install_reducer_calls,  # every call of a reducer module
+    signatures={"forward": "(self, inputs: List[torch.Tensor]) -> None"},
+)
 
 
 def _reducer_feed(value: Any, where: str) -> Any:

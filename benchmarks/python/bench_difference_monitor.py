@@ -21,6 +21,9 @@ Implementations, each on its own identically initialised module:
   preallocated ring buffer of 8 rows, the history torch_monitor keeps;
 * ``inferno``: inferno-ai 0.0.5's DifferenceMonitor with the same reducer.
 
+Last, a reducer called from Python, ``reducer(x)``, against inferno's (on
+the CPU).
+
 Overhead = median time per forward minus the plain module's. Ratios are of
 overheads: torch_monitor / minimal hooks (target <= 0.7x, issue 18),
 torch_monitor / ring hooks (target <= 0.5x) and torch_monitor / inferno.
@@ -253,6 +256,29 @@ def report(case, samples):
         print(f"  overhead torch_monitor / {kind:<14}= {ratio:.2f}x{verdict}")
 
 
+def reducer_call(clock, reps, min_time):
+    """A reducer module called from Python, ``reducer(x)`` (what a monitor
+    written in Python, or a user's loop, does): torch_monitor's
+    ``EMAReducer`` against inferno's, the same arguments, a 64-element
+    state."""
+    x = torch.randn(64)
+    made = {"torch_monitor": torch_monitor.EMAReducer(1.0, 0.5, duration=float(RING))}
+    if inferno_observe is not None:
+        made["inferno"] = inferno_observe.EMAReducer(1.0, 0.5, duration=float(RING))
+    timers = {k: timeit.Timer("f(x)", timer=clock, globals={"f": r, "x": x}) for k, r in made.items()}
+    numbers = {k: calibrate(t, min_time, max_number=1 << 24) for k, t in timers.items()}
+    samples = {k: [] for k in timers}
+    for rep in range(reps):
+        for kind in list(timers) if rep % 2 == 0 else list(timers)[::-1]:
+            samples[kind].append(timers[kind].timeit(numbers[kind]) / numbers[kind] * 1e9)
+    print("\nreducer call: EMAReducer(1.0, 0.5, duration=8.0)(x), x of 64 elements")
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    for kind, v in samples.items():
+        print(f"  {kind:<16}{med[kind]:12.0f}{f'{min(v):.0f}-{max(v):.0f}':>22} ns/call")
+    if "inferno" in med:
+        print(f"  torch_monitor / inferno = {med['torch_monitor'] / med['inferno']:.2f}x")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=9)
@@ -278,6 +304,8 @@ def main():
         check_agreement(case, device)
     for case in cases:
         report(case, measure(case, CLOCKS[args.clock], args.reps, args.min_time, device))
+    if device.type == "cpu":
+        reducer_call(CLOCKS[args.clock], args.reps, args.min_time)
     return 0
 
 

@@ -1,6 +1,7 @@
 #include "py_common.h"
 #include "internals.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -14,6 +15,54 @@ std::string typeName(py::handle obj) {
 }
 
 } // namespace
+
+bool fastCallArguments(
+    const char* method,
+    std::initializer_list<const char*> names,
+    PyObject* const* args,
+    Py_ssize_t nargs,
+    PyObject* kwnames,
+    PyObject** out) {
+  const auto n = static_cast<Py_ssize_t>(names.size());
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  std::fill(out, out + n, nullptr);
+  bool ok = nargs + nkw == n;
+  for (Py_ssize_t i = 0; ok && i < nargs; ++i) {
+    out[i] = args[i];
+  }
+  for (Py_ssize_t k = 0; ok && k < nkw; ++k) {
+    PyObject* keyword = PyTuple_GET_ITEM(kwnames, k);
+    Py_ssize_t slot = 0;
+    for (const char* name : names) {
+      if (PyUnicode_CompareWithASCIIString(keyword, name) == 0) {
+        break;
+      }
+      ++slot;
+    }
+    ok = slot < n && out[slot] == nullptr;
+    if (ok) {
+      out[slot] = args[nargs + k];
+    }
+  }
+  if (ok) {
+    return true;
+  }
+  std::string signature;
+  for (const char* name : names) {
+    signature += (signature.empty() ? "" : ", ") + std::string(name);
+  }
+  PyErr_Format(
+      PyExc_TypeError,
+      "%s(%s) takes those %zd argument(s), by position or keyword; got %zd "
+      "positional and %zd keyword (%R)",
+      method,
+      signature.c_str(),
+      n,
+      nargs,
+      nkw,
+      kwnames == nullptr ? Py_None : kwnames);
+  return false;
+}
 
 std::string textFromPython(py::handle obj, const std::string& what) {
   PyObject* o = obj.ptr();

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +56,20 @@ PyObject* noneOrPythonError(F&& body) {
   }
   Py_RETURN_NONE;
 }
+
+// The arguments of a raw METH_FASTCALL | METH_KEYWORDS method, given by
+// position or by their schema names (as TorchScript and compiled code may
+// call them): out[i] is the argument named names[i]. False with a TypeError
+// naming `method` and its arguments for any other call (one missing or given
+// twice, an unknown keyword, too many). The one parser of the hand-written
+// hot paths, so that they take the keywords their schemas name.
+bool fastCallArguments(
+    const char* method,
+    std::initializer_list<const char*> names,
+    PyObject* const* args,
+    Py_ssize_t nargs,
+    PyObject* kwnames,
+    PyObject** out);
 
 // pythonIsUsable() (whether Python may still run) is in internals.h:
 // before Python 3.13 it needs CPython's private _Py_IsFinalizing.

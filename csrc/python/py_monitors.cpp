@@ -485,44 +485,6 @@ PyMethodDef gEagerAfterDef = {
 // The monitor method a fast call runs.
 enum class Hook { Before, After, Observe };
 
-// The (value, training) arguments of a fast call, positional or by the
-// schema's keywords; false with a TypeError set for any other call.
-bool hookArguments(
-    const char* method,
-    PyObject* const* args,
-    Py_ssize_t nargs,
-    PyObject* kwnames,
-    PyObject* (&out)[2]) {
-  static const char* const kNames[2] = {"value", "training"};
-  out[0] = out[1] = nullptr;
-  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-  bool ok = nargs <= 2;
-  for (Py_ssize_t i = 0; ok && i < nargs; ++i) {
-    out[i] = args[i];
-  }
-  for (Py_ssize_t k = 0; ok && k < nkw; ++k) {
-    PyObject* name = PyTuple_GET_ITEM(kwnames, k);
-    const int slot = PyUnicode_CompareWithASCIIString(name, kNames[0]) == 0 ? 0
-        : PyUnicode_CompareWithASCIIString(name, kNames[1]) == 0            ? 1
-                                                                            : -1;
-    ok = slot >= 0 && out[slot] == nullptr;
-    if (ok) {
-      out[slot] = args[nargs + k];
-    }
-  }
-  if (ok && out[0] != nullptr && out[1] != nullptr) {
-    return true;
-  }
-  PyErr_Format(
-      PyExc_TypeError,
-      "%s(value, training) takes those 2 arguments (by position or keyword), "
-      "got %zd positional and %zd keyword",
-      method,
-      nargs,
-      nkw);
-  return false;
-}
-
 // core.before/after/observe(value, training): the TorchScript methods,
 // callable from Python at METH_FASTCALL cost.
 template <Hook Which>
@@ -532,10 +494,11 @@ PyObject* fastCall(
     Py_ssize_t nargs,
     PyObject* kwnames) {
   PyObject* given[2];
-  if (!hookArguments(
+  if (!fastCallArguments(
           Which == Hook::Before     ? "before"
               : Which == Hook::After ? "after"
                                      : "observe",
+          {"value", "training"},
           args,
           nargs,
           kwnames,

@@ -25,17 +25,16 @@ PyObject* fastAdd(
     PyObject* const* args,
     Py_ssize_t nargs,
     PyObject* kwnames) {
-  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-  if (nargs + nkw != 1 ||
-      (nkw == 1 &&
-       PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "value") != 0)) {
-    PyErr_Format(
-        PyExc_TypeError,
-        "%s.add() takes one argument, value (a number or a tensor)",
-        std::is_same_v<T, double> ? "Stat" : "IntStat");
+  PyObject* arg = nullptr;
+  if (!fastCallArguments(
+          std::is_same_v<T, double> ? "Stat.add" : "IntStat.add",
+          {"value"},
+          args,
+          nargs,
+          kwnames,
+          &arg)) {
     return nullptr;
   }
-  PyObject* arg = args[0];
   Face* face = faceOf(self);
   if (face == nullptr) {
     return nullptr;

@@ -1083,7 +1083,7 @@ def test_the_python_core_takes_the_hook_calls_by_keyword_as_the_schema_names_the
         ((torch.ones(2),), {"train": True}),  # not the schema's name
         ((torch.ones(2), True, True), {}),
     ]:
-        with pytest.raises(TypeError, match=r"before\(value, training\) takes those 2 arguments"):
+        with pytest.raises(TypeError, match=r"before\(value, training\) takes those 2 argument"):
             core.before(*args, **kwargs)
     # Its other methods are made as every face's: checked by kind.
     with pytest.raises(TypeError, match="set_keep_graph.. argument 'value' must be a bool"):
