@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include <pthread.h>
@@ -54,6 +55,11 @@ bool onCallingThreadStack(const void* p) {
 struct LiveStatRegistry {
   std::mutex mutex;
   LiveStat* first = nullptr;
+  // The Stats that live on a thread's stack, with that thread's marker
+  // (threadMarker's address): a forked child drops the Stats of threads it
+  // did not inherit, whose stack memory its new threads reuse. Few (Stats
+  // are long-lived), and looked up only at join, leave and fork.
+  std::unordered_map<const LiveStat*, const void*> onStacks;
 
   // Never destroyed: Stats may be destroyed during static destruction.
   static LiveStatRegistry& get() {
@@ -102,16 +108,16 @@ struct LiveStatRegistry {
   // child); every other Stat is reset for the child.
   static void afterForkInChild() {
     LiveStatRegistry& r = get();
-    LiveStat* s = r.first;
-    while (s != nullptr) {
-      LiveStat* next = s->next_;
-      if (s->stackOwner_ != nullptr && s->stackOwner_ != &threadMarker) {
-        r.unlink(*s);
-      } else {
-        s->resetAfterForkInChild();
+    std::vector<LiveStat*> gone;
+    for (const auto& [stat, thread] : r.onStacks) {
+      if (thread != &threadMarker) {
+        gone.push_back(const_cast<LiveStat*>(stat));
       }
-      s = next;
     }
+    for (LiveStat* s : gone) {
+      r.unlink(*s);
+    }
+    r.forEach([](LiveStat& s) { s.resetAfterForkInChild(); });
     r.mutex.unlock();
   }
 
@@ -119,6 +125,9 @@ struct LiveStatRegistry {
   void unlink(LiveStat& s) {
     if (s.prev_ == nullptr && first != &s) {
       return;
+    }
+    if (!onStacks.empty()) {
+      onStacks.erase(&s);
     }
     (s.prev_ != nullptr ? s.prev_->next_ : first) = s.next_;
     if (s.next_ != nullptr) {
@@ -129,9 +138,12 @@ struct LiveStatRegistry {
 };
 
 void LiveStat::track() {
-  stackOwner_ = onCallingThreadStack(this) ? &threadMarker : nullptr;
+  const bool onStack = onCallingThreadStack(this);
   LiveStatRegistry& r = LiveStatRegistry::get();
   std::lock_guard<std::mutex> guard(r.mutex);
+  if (onStack) {
+    r.onStacks.emplace(this, &threadMarker);
+  }
   next_ = r.first;
   if (next_ != nullptr) {
     next_->prev_ = this;

@@ -23,13 +23,13 @@ StatEngine<T>::StatEngine(
     int64_t length,
     std::optional<int64_t> maxSamples,
     bool closedOnTime)
-    : capped_(maxSamples.has_value()),
-      clock_(clock),
+    : clock_(clock),
+      capped_(maxSamples.has_value()),
       closedOnTime_(closedOnTime),
       aggregations_(aggregations),
       windowLength_(length),
-      name_(std::move(name)),
-      aggregationList_(aggregations) {
+      aggregationList_(aggregations),
+      name_(std::move(name)) {
   if (capped_) {
     state_.capped = new CappedWindow(*maxSamples);
   }
@@ -52,7 +52,7 @@ template <typename T>
 void StatEngine<T>::addAfterRollOver(T v, int64_t now) {
   ClosedWindow closed;
   {
-    std::lock_guard<std::mutex> guard(mutex_);
+    std::lock_guard<WordLock> guard(mutex_);
     closed = closeIfEndedLocked(now);
   }
   addSharded(v, now);
@@ -139,7 +139,7 @@ void StatEngine<T>::addToNewOrSharedShard(int slot, T v, int64_t now) {
   if (slot == kOverflowSlot) {
     // Threads beyond kMaxThreadSlots share one shard; the mutex excludes both
     // them and the harvester, so no handshake is needed.
-    std::lock_guard<std::mutex> guard(mutex_);
+    std::lock_guard<WordLock> guard(mutex_);
     auto& overflow = tableLocked().shards[slot];
     auto* shard = overflow.load(std::memory_order_relaxed);
     if (shard == nullptr) {
@@ -162,7 +162,7 @@ void StatEngine<T>::addCapped(T v) {
   // a later window then closes the (empty) discarded window.
   ClosedWindow closed[2];
   {
-    std::lock_guard<std::mutex> guard(mutex_);
+    std::lock_guard<WordLock> guard(mutex_);
     CappedWindow& w = *state_.capped;
     const int64_t now = readClock(clock_);
     int64_t windowId = windowIdAt(now);
@@ -255,17 +255,17 @@ Accumulator<T> StatEngine<T>::takeOpenWindowLocked() {
 
 template <typename T>
 ThreadShard<T>* StatEngine<T>::claimShard(int slot, bool locked) {
-  int16_t unowned = kNoSlot;
+  int8_t unowned = kNoSlot;
   if (slot == firstSlot_.load(std::memory_order_relaxed) ||
       firstSlot_.compare_exchange_strong(
-          unowned, int16_t(slot), std::memory_order_acq_rel)) {
+          unowned, static_cast<int8_t>(slot), std::memory_order_acq_rel)) {
     return &firstShard_;
   }
   // A later thread: a shard of its own in the table. Only the thread owning
   // `slot` ever creates that shard.
   ShardTable* table = state_.table.load(std::memory_order_acquire);
   if (table == nullptr) {
-    std::unique_lock<std::mutex> guard(mutex_, std::defer_lock);
+    std::unique_lock<WordLock> guard(mutex_, std::defer_lock);
     if (!locked) {
       guard.lock();
     }
@@ -434,7 +434,7 @@ template <typename T>
 std::optional<Event> StatEngine<T>::closeOpenWindow() {
   ClosedWindow closed;
   {
-    std::lock_guard<std::mutex> guard(mutex_);
+    std::lock_guard<WordLock> guard(mutex_);
     if (capped_) {
       closed = closeLocked(
           state_.capped->current, windowEndOf(state_.capped->windowId));
@@ -451,7 +451,7 @@ template <typename T>
 std::optional<Event> StatEngine<T>::closeEndedWindow(int64_t& openEndMs) {
   ClosedWindow closed;
   {
-    std::lock_guard<std::mutex> guard(mutex_);
+    std::lock_guard<WordLock> guard(mutex_);
     // This stat's own clock, as add() reads it: a later add() never sees a
     // time before the window the timer closed.
     const int64_t now = readClock(clock_);
@@ -488,7 +488,7 @@ std::optional<Event> StatEngine<T>::closeWindowLeftBehind(
   }
   ClosedWindow closed;
   {
-    std::lock_guard<std::mutex> guard(mutex_);
+    std::lock_guard<WordLock> guard(mutex_);
     const int64_t end = windowEndMs_.load(std::memory_order_relaxed);
     if (end == 0 || end == kDrivenByOverride) {
       return std::nullopt; // no window open, or an override decides
@@ -542,7 +542,7 @@ void StatEngine<T>::addOnDevice(const at::Tensor& values) {
   const int64_t now = readClock(clock_);
   ClosedWindow closed;
   {
-    std::lock_guard<std::mutex> guard(mutex_);
+    std::lock_guard<WordLock> guard(mutex_);
     closed = closeIfEndedLocked(now);
     ShardTable& table = tableLocked();
     if (table.tensors == nullptr) {
@@ -556,7 +556,7 @@ void StatEngine<T>::addOnDevice(const at::Tensor& values) {
 
 template <typename T>
 int64_t StatEngine<T>::openCount() const {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::lock_guard<WordLock> guard(mutex_);
   if (capped_) {
     return state_.capped->current.count;
   }
@@ -569,7 +569,7 @@ int64_t StatEngine<T>::openCount() const {
 
 template <typename T>
 std::vector<std::pair<Aggregation, T>> StatEngine<T>::lastAggregates() const {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::lock_guard<WordLock> guard(mutex_);
   return aggregatesOf(aggregations_, prev_);
 }
 

@@ -61,10 +61,9 @@ class TORCH_MONITOR_API LiveStat {
   friend struct LiveStatRegistry;
   LiveStat* prev_ = nullptr;
   LiveStat* next_ = nullptr;
-  // Identifies the thread on whose stack this object lives (nullptr: not on
-  // a thread's stack). A forked child drops the Stats on the stacks of
-  // threads it did not inherit: their memory is reused by its new threads.
-  const void* stackOwner_ = nullptr;
+  // (The few Stats that live on a thread's stack are listed apart, with
+  // their thread: a forked child drops those of threads it did not
+  // inherit. A field here would cost every Stat 8 bytes.)
 };
 
 // Closes the open window of every live Stat and logs those that hold

@@ -16,6 +16,7 @@
 #include <torch_monitor/engine/aggregation_list.h>
 #include <torch_monitor/engine/live_stats.h>
 #include <torch_monitor/engine/thread_shard.h>
+#include <torch_monitor/detail/word_lock.h>
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
 
@@ -134,7 +135,7 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
     int64_t lastClosedWindowId = 0;
     bool driven = false; // by an override of currentWindowId()
   };
-  static constexpr int16_t kNoSlot = -1;
+  static constexpr int8_t kNoSlot = -1;
 
   void addSharded(T v, int64_t now) {
     const int slot = threadSlot();
@@ -236,12 +237,14 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
  protected:
   // The fields. Stat's accessors read them; only the engine writes them.
   //
-  // The layout keeps a stat small (about as small as torch::monitor's) and
-  // keeps firstShard_, which its owner writes on every add, off the cache
-  // lines of the fields that other threads' adds read (the first three), of
-  // the bytes that locking writes, and of neighbouring heap blocks: at least
-  // 56 bytes of rarely written fields on each side (heap blocks are 16-byte
-  // aligned).
+  // The layout keeps a stat small (200 bytes, a 224-byte heap block with
+  // its TorchScript holder: the Python Stat's memory target, docs/
+  // performance.md) and keeps firstShard_, which its owner writes on every
+  // add, off the cache lines of the fields that other threads' adds read
+  // (windowEndMs_ and firstSlot_), of the lock word, and of neighbouring
+  // heap blocks: at least 56 bytes of rarely written fields on each side
+  // (heap blocks are 16-byte aligned). The registry links (LiveStat) come
+  // first.
 
   // End (exclusive, in clock_'s units: monotonic ms or steps) of the open
   // window; 0 before the first add and after the window timer closed a
@@ -252,15 +255,18 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
       std::numeric_limits<int64_t>::min();
   // The slot of the thread that owns firstShard_, kNoSlot before the first
   // add. The overflow slot never owns it.
-  std::atomic<int16_t> firstSlot_{kNoSlot};
-  const bool capped_;
-  const ClockSource clock_;
-  // In the bytes AggregationSet left free: costs no memory.
-  const bool closedOnTime_; // by the window timer (WindowClose::ON_TIME)
+  std::atomic<int8_t> firstSlot_{kNoSlot};
+  // One byte for the three constant settings.
+  const ClockSource clock_ : 2;
+  const bool capped_ : 1;
+  const bool closedOnTime_ : 1; // by the window timer (WindowClose::ON_TIME)
   const AggregationSet aggregations_;
   // Set once by Stat::syncRanks(); the group itself lives in the rank sync
   // thread's table (enableRankSync), so Stats that never sync pay one byte.
   std::atomic<bool> syncRanks_{false};
+  // Guards window closing, prev_, the shard table's creation, the overflow
+  // shard and the capped state. A word, not a 40-byte std::mutex.
+  mutable WordLock mutex_;
   // The mode (capped_) never changes, so its state shares one pointer.
   union ModeState {
     explicit ModeState(CappedWindow* c) : capped(c) {}
@@ -270,13 +276,10 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
   } state_;
 
   const int64_t windowLength_; // the window length, in clock_'s units
-  // Guards window closing, prev_, the shard table's creation, the overflow
-  // shard and the capped state.
-  mutable std::mutex mutex_;
+  const PackedAggregationList aggregationList_;
   const std::string name_;
   ThreadShard<T> firstShard_;
   Accumulator<T> prev_;
-  const PackedAggregationList aggregationList_;
 };
 
 extern template class StatEngine<double>;
