@@ -16,7 +16,7 @@ std::string typeName(py::handle obj) {
 
 } // namespace
 
-bool fastCallArguments(
+bool fastCallArgumentsByKeyword(
     const char* method,
     std::initializer_list<const char*> names,
     PyObject* const* args,

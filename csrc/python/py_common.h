@@ -63,13 +63,33 @@ PyObject* noneOrPythonError(F&& body) {
 // naming `method` and its arguments for any other call (one missing or given
 // twice, an unknown keyword, too many). The one parser of the hand-written
 // hot paths, so that they take the keywords their schemas name.
-bool fastCallArguments(
+// Inline for the usual call, all arguments by position (Stat.add's ~20 ns
+// would feel a function call); keywords and errors take the slow path.
+bool fastCallArgumentsByKeyword(
     const char* method,
     std::initializer_list<const char*> names,
     PyObject* const* args,
     Py_ssize_t nargs,
     PyObject* kwnames,
     PyObject** out);
+inline bool fastCallArguments(
+    const char* method,
+    std::initializer_list<const char*> names,
+    PyObject* const* args,
+    Py_ssize_t nargs,
+    PyObject* kwnames,
+    PyObject** out) {
+  if (__builtin_expect(
+          kwnames == nullptr &&
+              nargs == static_cast<Py_ssize_t>(names.size()),
+          1)) {
+    for (Py_ssize_t i = 0; i < nargs; ++i) {
+      out[i] = args[i];
+    }
+    return true;
+  }
+  return fastCallArgumentsByKeyword(method, names, args, nargs, kwnames, out);
+}
 
 // pythonIsUsable() (whether Python may still run) is in internals.h:
 // before Python 3.13 it needs CPython's private _Py_IsFinalizing.
