@@ -1,8 +1,10 @@
 #include <torch_monitor/statistics_events.h>
 
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
@@ -14,12 +16,18 @@ namespace {
 using Entries = std::vector<std::pair<std::string, StatisticSuffix>>;
 
 // Copy on write: a registration publishes a new list, readers load the
-// pointer. The few lists replaced (one per registration, a handful per
-// process) are kept, so a reader never holds a freed one.
+// pointer. Every list ever published (one per registration, a handful per
+// process) is kept in `published`, so a reader never holds a freed one (and
+// a leak checker sees them owned).
 struct Registry {
+  Registry() {
+    published.emplace_back(
+        new Entries{{kStatEventName, StatisticSuffix::kAggregation}});
+    entries.store(published.back().get(), std::memory_order_release);
+  }
   std::mutex writing;
-  std::atomic<const Entries*> entries{
-      new Entries{{kStatEventName, StatisticSuffix::kAggregation}}};
+  std::vector<std::unique_ptr<const Entries>> published; // guarded by writing
+  std::atomic<const Entries*> entries{nullptr};
 };
 
 Registry& registry() {
@@ -45,9 +53,10 @@ void registerStatisticsEvent(
       return;
     }
   }
-  auto* next = new Entries(*current);
+  auto next = std::make_unique<Entries>(*current);
   next->emplace_back(name, suffix);
-  r.entries.store(next, std::memory_order_release);
+  r.published.push_back(std::move(next));
+  r.entries.store(r.published.back().get(), std::memory_order_release);
 }
 
 std::optional<StatisticSuffix> statisticsEvent(
