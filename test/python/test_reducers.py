@@ -554,6 +554,25 @@ def test_wrong_shape_and_arity():
         tm.EventReducer(1.0, 42)
 
 
+
+def test_reducer_object_forward_takes_a_list_of_tensors_by_position_or_keyword():
+    # The reducer object's forward is a hand-written fast call (py_reducers.cpp):
+    # it must take what its schema says, (inputs: List[Tensor]), and refuse the rest.
+    r = tm.EMAReducer(1.0, 0.5)
+    forward = r.script_reducer.forward
+    forward([torch.ones(3)])
+    forward(inputs=(torch.full((3,), 3.0),))
+    torch.testing.assert_close(r.peek(), torch.full((3,), 2.0))
+    with pytest.raises(TypeError, match="'inputs' must be a list of torch.Tensor, got str"):
+        forward("x")
+    with pytest.raises(TypeError, match="'inputs' item must be a torch.Tensor, got int"):
+        forward([torch.ones(3), 1])
+    with pytest.raises(TypeError, match=r"forward\(inputs\) takes those 1 argument"):
+        forward(values=[torch.ones(3)])
+    with pytest.raises(TypeError, match=r"forward\(inputs\) takes those 1 argument"):
+        forward()
+    torch.testing.assert_close(r.peek(), torch.full((3,), 2.0))  # nothing refused was folded
+
 # -- CUDA -----------------------------------------------------------------------------
 
 
