@@ -5,6 +5,7 @@
 #   2. the C++ tests labelled `cuda` (ctest -L cuda), where GoogleTest is
 #      found (CMAKE_PREFIX_PATH or GTEST_ROOT may point at one),
 #   3. the GPU benchmarks,
+#   4. with --all, the whole Python suite,
 # and ends with one summary that names every failing test. It installs
 # nothing (a GPU image has no network): torch, pytest and the compilers must
 # be there. On a machine without a GPU it runs too: the CUDA tests skip and
@@ -81,11 +82,6 @@ run_pytest() { # label, log, pytest arguments...
   fi
 }
 run_pytest "Python tests marked cuda" "$LOGS/pytest_cuda.log" -m cuda test/python
-if [ "$all" = 1 ]; then
-  xdist=()
-  "$PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n "$(($(nproc) > 2 ? $(nproc) - 2 : 1))")
-  TORCH_MONITOR_REQUIRE=1 run_pytest "whole Python suite" "$LOGS/pytest_all.log" "${xdist[@]}" test/python
-fi
 
 # C++: the tests labelled cuda, built only against a CUDA torch.
 if [ "$gtest" = 0 ]; then
@@ -111,6 +107,7 @@ gpu_benchmarks=(
   "benchmarks/python/bench_training_step.py --device cuda"
   "benchmarks/python/bench_tensor_paths.py --device cuda"
   "benchmarks/python/bench_difference_monitor.py --device cuda --clock wall"
+  "benchmarks/python/bench_watch.py --device cuda"
 )
 if [ "$has_cuda" = 1 ]; then
   for bench in "${gpu_benchmarks[@]}"; do
@@ -125,6 +122,14 @@ if [ "$has_cuda" = 1 ]; then
   done
 else
   note "GPU benchmarks: skipped (no CUDA device)"
+fi
+
+# The whole suite last: it is the longest stage, and the GPU-only figures
+# above matter more when a lease runs out.
+if [ "$all" = 1 ]; then
+  xdist=()
+  "$PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n "$(($(nproc) > 2 ? $(nproc) - 2 : 1))")
+  TORCH_MONITOR_REQUIRE=1 run_pytest "whole Python suite" "$LOGS/pytest_all.log" "${xdist[@]}" test/python
 fi
 
 echo "== summary ($device, torch $torch_version, $((SECONDS)) s)"

@@ -28,6 +28,14 @@ steps (``--every-k``) as ``wandb.watch(log="all", log_freq=k)`` writes them,
 against ``watch(what=("grad", "weight"), every=k, histograms_every=k,
 writer=TensorBoardWriter(...))`` (and every=1 for reference).
 
+On a GPU (--device cuda) the model, its data and the hand hooks' slots
+live on the device, time is wall time (--clock wall) with the device
+synchronised around each timed run, the "device path" rows are left out
+(CUDA tensors take that path anyway), and each configuration's GPU
+operations per step (kernels, copies and fills, counted by the profiler
+over --steps steps) are printed too: watch's rows of statistics grow with
+the number of parameters, and each row is device work.
+
 Method: CPU time of the process (--clock process, the default: the
 machines are shared, and wall time also counts the time other processes
 run; --clock wall for a quiet machine) over --steps steps, with --threads
@@ -43,6 +51,7 @@ when a target is missed (marked MISSED).
 
 Usage: python benchmarks/python/bench_watch.py [--reps 7] [--steps 100]
            [--width 256] [--layers 4] [--batch 64] [--every-k 10]
+           [--device cpu|cuda]
 """
 
 import argparse
@@ -73,7 +82,7 @@ def make_model(args):
         layers.append(torch.nn.Linear(args.width, args.width))
         if i + 1 < args.layers:
             layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
+    return torch.nn.Sequential(*layers).to(args.device)
 
 
 class Loop:
@@ -83,7 +92,7 @@ class Loop:
         self.model = make_model(args)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
         gen = torch.Generator().manual_seed(1)
-        self.x = torch.randn(args.batch, args.width, generator=gen)
+        self.x = torch.randn(args.batch, args.width, generator=gen).to(args.device)
         self.step_index = 0
 
     def run(self, steps):
@@ -107,9 +116,10 @@ class HandHooks:
         self.modules = [m for name, m in model.named_modules() if name]
         n = len(self.params) * sum(k in kinds for k in ("grad", "weight", "update")) + len(self.modules) * sum(
             k in kinds for k in ("output", "output_grad"))
-        self.slots = torch.zeros(n, 12, dtype=F64)
+        device = self.params[0].device
+        self.slots = torch.zeros(n, 12, dtype=F64, device=device)
         self.slots[:, 8:] = -INF
-        self.one = torch.ones((), dtype=F64)
+        self.one = torch.ones((), dtype=F64, device=device)
         self.kinds = kinds
         self.before = [torch.empty_like(p) for p in self.params] if "update" in kinds else []
         next_key = 0
@@ -210,6 +220,8 @@ def scenarios(args, writer, wandb):
             "torch_monitor, device path": lambda loop, kinds=kinds: tm.watch(
                 loop.model, loop.optimizer, what=kinds, window_steps=100),
         }
+        if args.device != "cpu":
+            del configs["torch_monitor, device path"]  # the path a device's tensors take anyway
         out.append((title, configs, "hand hooks", TARGET_VS_HAND))
     hist = {
         "plain": lambda loop: None,
@@ -225,6 +237,22 @@ def scenarios(args, writer, wandb):
     out.append((f"histograms of grads and weights every {k} steps (wandb log='all', log_freq={k})",
                 hist, "wandb.watch" if wandb is not None else None, TARGET_VS_WANDB))
     return out
+
+
+def synchronize(args):
+    if args.device != "cpu":
+        torch.cuda.synchronize(args.device)
+
+
+def device_ops_per_step(args, loop):
+    """GPU operations (kernels, copies, fills) per step, counted by the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    synchronize(args)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        loop.run(args.steps)
+        synchronize(args)
+    return sum(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events()) / args.steps
 
 
 def run_scenario(args, title, configs, anchor, target):
@@ -244,8 +272,10 @@ def run_scenario(args, title, configs, anchor, target):
         rng.shuffle(names)
         for name in names:
             with maybe_device_path(name.endswith("device path")):
+                synchronize(args)
                 start = clock()
                 loops[name].run(args.steps)
+                synchronize(args)
                 times[name].append((clock() - start) / args.steps)
     med = {name: statistics.median(t) for name, t in times.items()}
     plain = med["plain"]
@@ -255,8 +285,10 @@ def run_scenario(args, title, configs, anchor, target):
 
     over = {name: med[name] - base(name) for name in configs}
     anchor_over = over[anchor] if anchor else None
+    ops = {name: device_ops_per_step(args, loop) for name, loop in loops.items()} if args.device != "cpu" else {}
     print(f"\n{title}")
-    print(f"  {'configuration':<30}{'per step':>12}{'overhead':>12}{'range':>20}{'ratio':>14}")
+    print(f"  {'configuration':<30}{'per step':>12}{'overhead':>12}{'range':>20}{'ratio':>14}"
+          + (f"{'GPU ops/step':>14}" if ops else ""))
     for name in configs:
         lo, hi = min(times[name]) - base(name), max(times[name]) - base(name)
         ratio = ""
@@ -267,7 +299,8 @@ def run_scenario(args, title, configs, anchor, target):
             else:
                 ratio = f"({r:.2f}x)"  # for reference, no target
         print(f"  {name:<30}{med[name] * 1e6:>10.0f}us{over[name] * 1e6:>10.0f}us"
-              f"{f'[{lo * 1e6:.0f}, {hi * 1e6:.0f}]':>20}{ratio:>14}")
+              f"{f'[{lo * 1e6:.0f}, {hi * 1e6:.0f}]':>20}{ratio:>14}"
+              + (f"{ops[name]:>14.1f}" if ops else ""))
     return over
 
 
@@ -280,15 +313,19 @@ def main():
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--every-k", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads")
-    parser.add_argument("--clock", choices=["process", "wall"], default="process")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (a CUDA device: wall time)")
+    parser.add_argument("--clock", choices=["process", "wall"], default=None,
+                        help="process (the default on CPU) or wall (the default, and the only sane one, on a GPU)")
     args = parser.parse_args()
+    args.clock = args.clock or ("process" if args.device == "cpu" else "wall")
     torch.set_num_threads(args.threads)
     try:
         import wandb
     except ImportError:
         wandb = None
+    device = torch.cuda.get_device_name(args.device) if args.device != "cpu" else "CPU"
     print(f"torch {torch.__version__}, torch_monitor {tm.__version__}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, {torch.get_num_threads()} intra-op threads")
+          f"{os.cpu_count()} CPUs, {torch.get_num_threads()} intra-op threads, device: {device}")
     print(f"MLP: {args.layers} x Linear({args.width}, {args.width}), batch {args.batch}; "
           f"{args.reps} reps x {args.steps} steps, medians of {args.clock} time")
     with tempfile.TemporaryDirectory() as tmp:
