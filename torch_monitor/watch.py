@@ -363,14 +363,15 @@ def watch(
         in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
     # The selection and the keys, and what each observes: C++'s choice, the
     # same as a C++ Watch's (watch/plan.h).
+    # Positional: the static method has no argument names on torch 2.11.
     key_paths, key_kinds, targets = torch.classes.torch_monitor.Watch.plan(
-        what=what,
-        parameters=[path for path, _ in parameters],
-        trainable=[p.requires_grad for _, p in parameters],
-        stepped=[in_optimizer is None or id(p) in in_optimizer for _, p in parameters],
-        modules=[path for path, _ in modules],
-        include=include_re,
-        exclude=exclude_re,
+        what,
+        [path for path, _ in parameters],  # parameters
+        [p.requires_grad for _, p in parameters],  # trainable
+        [in_optimizer is None or id(p) in in_optimizer for _, p in parameters],  # stepped
+        [path for path, _ in modules],  # modules
+        include_re,
+        exclude_re,
     )
     by_kind: dict = {}
     for key, (kind, target) in enumerate(zip(key_kinds, targets)):

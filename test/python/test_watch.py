@@ -464,9 +464,8 @@ def test_a_watch_refuses_a_nul_in_a_path_and_a_key_given_twice():
 def test_the_choice_of_keys_is_the_same_call_in_eager_and_torchscript():
     def plan(what: List[str], parameters: List[str], trainable: List[bool], stepped: List[bool],
              modules: List[str]) -> Tuple[List[str], List[str], List[int]]:
-        return torch.classes.torch_monitor.Watch.plan(
-            what=what, parameters=parameters, trainable=trainable, stepped=stepped, modules=modules
-        )
+        # Positional, as watch() calls it (torch 2.11 names no arguments of a static method).
+        return torch.classes.torch_monitor.Watch.plan(what, parameters, trainable, stepped, modules, None, None)
 
     args = dict(what=["update", "grad", "output"], parameters=["a.w", "a.b", "c.w"],
                 trainable=[True, False, True], stepped=[True, True, False], modules=["a", "c"])

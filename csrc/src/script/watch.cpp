@@ -155,14 +155,9 @@ void registerWatch(torch::Library& m) {
       "does (watch/plan.h): `what` the kinds; per parameter its path, "
       "whether it requires grad and whether the optimizer steps it; the "
       "submodule paths; include/exclude, regular expressions (ECMAScript) "
-      "searched in the paths. targets[i] indexes key i's parameter or module",
-      {torch::arg("what"),
-       torch::arg("parameters"),
-       torch::arg("trainable"),
-       torch::arg("stepped"),
-       torch::arg("modules"),
-       torch::arg("include") = c10::IValue(),
-       torch::arg("exclude") = c10::IValue()});
+      "searched in the paths (None: no filter). targets[i] indexes key i's "
+      "parameter or module. Positional arguments only: torch 2.11's "
+      "def_static takes no argument names");
   cls.def(
          "id",
          [](const Self& self) { return self->recorder()->id(); },
