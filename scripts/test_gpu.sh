@@ -15,7 +15,8 @@
 #   bash scripts/test_gpu.sh --all    also the whole Python suite (pytest -n
 #                                     with pytest-xdist where it is installed)
 #
-# Logs: build/gpu/*.log. Exit status non-zero when the build or a test fails.
+# Logs: build/gpu/*.log (failures.log: every failing test's traceback, written
+# as it fails). Exit status non-zero when the build or a test fails.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
@@ -64,7 +65,11 @@ else
   exit 1
 fi
 
-# Python: failing tests are listed by name (-rfE) in the summary.
+# Python: failing tests are listed by name (-rfE) in the summary, and each
+# failure's traceback is written to failures.log as it happens (conftest.py),
+# so a run cut short by the end of a lease still says why.
+export TORCH_MONITOR_FAILURE_LOG="$PWD/$LOGS/failures.log"
+rm -f "$TORCH_MONITOR_FAILURE_LOG"
 run_pytest() { # label, log, pytest arguments...
   local label=$1 log=$2
   shift 2

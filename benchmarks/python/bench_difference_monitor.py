@@ -146,20 +146,22 @@ class RingHooks:
         pass
 
 
-def attach(kind, root, watched):
+def attach(kind, root, watched, device):
+    # A reducer's history is on the CPU until it is moved (inferno's too):
+    # the monitored module's .to() does not move a monitor's reducer.
     monitors = []
     for name, attr in watched:
         module = root.get_submodule(name)
         if kind == "torch_monitor":
             monitors.append(torch_monitor.DifferenceMonitor(
-                torch_monitor.PassthroughReducer(1.0, float(RING)), attr, module))
+                torch_monitor.PassthroughReducer(1.0, float(RING)).to(device), attr, module))
         elif kind == "minimal hooks":
             monitors.append(MinimalHooks(module, attr))
         elif kind == "ring hooks":
             monitors.append(RingHooks(module, attr))
         elif kind == "inferno":
             monitors.append(inferno_observe.DifferenceMonitor(
-                inferno_observe.PassthroughReducer(1.0, float(RING)), attr, module))
+                inferno_observe.PassthroughReducer(1.0, float(RING)).to(device), attr, module))
     return monitors
 
 
@@ -175,7 +177,7 @@ def build(case, device):
         torch.manual_seed(0)
         module, x, watched = CASES[case]()
         module.to(device).train()
-        monitors[kind] = attach(kind, module, watched)
+        monitors[kind] = attach(kind, module, watched, device)
         modules[kind] = module
     return x.to(device), modules, monitors
 

@@ -149,7 +149,7 @@ class HandHooks:
         if before is not None:
             ratio = norm / before.norm(dtype=F64)
         else:
-            ratio = torch.zeros((), dtype=F64)
+            ratio = torch.zeros((), dtype=F64, device=x.device)
         sums = torch.stack([(~finite).sum(dtype=F64), (x == 0).sum(dtype=F64), kept.sum(dtype=F64),
                             squares, norm, self.one, ratio])
         extremes = torch.stack([torch.where(finite, -x, -INF).amax(), torch.where(finite, x, -INF).amax(),

@@ -53,6 +53,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_runtest_logreport(report):
+    """With ``TORCH_MONITOR_FAILURE_LOG=path``, each failure's name and
+    traceback is appended to ``path`` as it happens: a run cut short (a GPU
+    lease that ends, a CI timeout) still says why its tests failed, which
+    pytest's own summary, printed at the end, would not. Under xdist only the
+    controller writes (it receives every worker's reports)."""
+    path = os.environ.get("TORCH_MONITOR_FAILURE_LOG")
+    if not path or not report.failed or "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
+
+
 @pytest.fixture(params=[REFERENCE, OURS])
 def impl(request):
     """The module under test: torch.monitor or torch_monitor."""

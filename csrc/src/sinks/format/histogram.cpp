@@ -53,6 +53,26 @@ const at::Tensor& edgesOnCpu() {
   return edges;
 }
 
+// The edges on `device` without a host synchronisation: a blocking
+// host-to-device copy waits for the stream, which add_histogram of a CUDA
+// tensor must never do. The copy is non-blocking from a pinned host copy
+// that lives as long as the process (never freed: a static destructor would
+// free pinned memory after CUDA has shut down). Where pinning is not
+// supported, the copy from pageable memory blocks, as it must.
+at::Tensor edgesOn(const at::Device& device) {
+  if (device.is_cpu()) {
+    return edgesOnCpu();
+  }
+  static const at::Tensor* const source = []() -> const at::Tensor* {
+    try {
+      return new at::Tensor(edgesOnCpu().pin_memory());
+    } catch (const c10::Error&) {
+      return &edgesOnCpu();
+    }
+  }();
+  return source->to(device, /*non_blocking=*/true);
+}
+
 void checkValues(const at::Tensor& values) {
   TORCH_CHECK_VALUE(
       values.defined(),
@@ -224,7 +244,7 @@ at::Tensor countBucketsOnCpu(const at::Tensor& values) {
 // would read its input's range back to size its output).
 at::Tensor countBucketsWithTensorOps(const at::Tensor& values) {
   const std::vector<double>& edgeList = defaultHistogramEdges();
-  const at::Tensor edges = edgesOnCpu().to(values.device());
+  const at::Tensor edges = edgesOn(values.device());
   const int64_t buckets = edges.numel() - 1;
   // bucketize(right=true) - 1 is the bucket whose [lower, upper) holds the
   // value; the value equal to the last edge belongs to the last bucket.
