@@ -34,13 +34,13 @@ _observe = torch.ops.torch_monitor.watch_observe_.default
 def _observed_tensor(output):
     """The tensor a module's output stands for: the output itself, or the
     first element of a tuple or list (nn.LSTM, nn.MultiheadAttention), when
-    it is a floating-point tensor. The rule of C++'s watch::observedOutput
+    it is a floating-point or complex tensor. The rule of C++'s watch::observedOutput
     (watch/plan.h), written here too because a hook that torch.compile
     traces cannot call into C++ (each world's test holds it to the same
     models)."""
     if isinstance(output, (tuple, list)) and output:
         output = output[0]
-    if isinstance(output, torch.Tensor) and output.is_floating_point():
+    if isinstance(output, torch.Tensor) and (output.is_floating_point() or output.is_complex()):
         return output
     return None
 

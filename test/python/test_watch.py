@@ -309,6 +309,73 @@ def test_parameters_without_gradients(events):
     assert "unused.weight.weight.rms" in e.data
 
 
+class _Phase(torch.nn.Module):
+    """A complex parameter, and a complex output."""
+
+    def __init__(self):
+        super().__init__()
+        self.z = torch.nn.Parameter(torch.randn(4, dtype=torch.complex64))
+
+    def forward(self, h):
+        return h * self.z
+
+
+class _SparseAndComplex(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4, sparse=True)  # sparse, uncoalesced gradients
+        self.phase = _Phase()
+
+    def forward(self, idx):
+        return self.phase(self.emb(idx)).abs().square().sum()
+
+
+def test_sparse_gradients_and_complex_tensors_are_observed_and_training_goes_on(path, events):
+    # A sparse gradient: the statistics of its coalesced values (an index
+    # given twice has one value, the sum). A complex tensor: of its
+    # magnitudes; an update's ratio is of the complex norms.
+    torch.manual_seed(0)
+    model = _SparseAndComplex()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    oracle = Oracle()
+    w = tm.watch(model, optimizer, what=KINDS, window_steps=10)
+    seen_outputs = []
+    hooks = [m.register_forward_hook(lambda m, a, out, name=name: seen_outputs.append((name, out)))
+             for name, m in model.named_modules() if name]
+
+    def magnitudes(t):
+        t = t.detach()
+        return t.abs() if t.is_complex() else t
+
+    for step in range(3):
+        tm.set_step(step)
+        optimizer.zero_grad()
+        seen_outputs.clear()
+        grads_out = {}
+        loss = model(torch.tensor([1, 2, 2, 7]))
+        for name, out in seen_outputs:
+            oracle.add(f"{name}.output", step, magnitudes(out))
+            out.register_hook(lambda g, name=name: grads_out.__setitem__(name, g))
+        loss.backward()
+        for name in ("emb", "phase"):
+            oracle.add(f"{name}.output_grad", step, magnitudes(grads_out[name]))
+        assert model.emb.weight.grad.is_sparse and not model.emb.weight.grad.is_coalesced()
+        oracle.add("emb.weight.grad", step, model.emb.weight.grad.coalesce().values())
+        oracle.add("phase.z.grad", step, magnitudes(model.phase.z.grad))
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        optimizer.step()
+        for n, p in model.named_parameters():
+            oracle.add(f"{n}.weight", step, magnitudes(p))
+            delta = p.detach() - before[n]
+            ratio = delta.norm().item() / before[n].norm().item()
+            oracle.seen[f"{n}.update"].append((step, magnitudes(delta).double().flatten(), ratio))
+    for h in hooks:
+        h.remove()
+    w.remove()
+    (e,) = events.windows
+    assert_data(e.data, oracle.window(0, 10), rel=1e-6)  # complex64 magnitudes, in float32 first
+
+
 def test_tied_parameters_are_watched_once_under_their_first_name(events):
     class Tied(torch.nn.Module):
         def __init__(self):

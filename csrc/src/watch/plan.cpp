@@ -49,7 +49,8 @@ const at::Tensor* observedOutput(const nn::ForwardOutput& output) {
       tensor = list->empty() ? nullptr : &list->front();
     }
   }
-  return tensor != nullptr && tensor->defined() && tensor->is_floating_point()
+  return tensor != nullptr && tensor->defined() &&
+          (tensor->is_floating_point() || tensor->is_complex())
       ? tensor
       : nullptr;
 }

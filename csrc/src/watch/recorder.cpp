@@ -9,6 +9,7 @@
 #include <utility>
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/abs.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/stack.h>
@@ -77,11 +78,35 @@ int64_t wallClockMs() {
       .count();
 }
 
-// Whether an observation has nothing to add: no elements, not floating
-// point, or an update without the weight before the step.
+// What a watch observes of a tensor: a sparse one's stored values,
+// coalesced (nn.Embedding(sparse=True)'s gradient repeats the indices of
+// repeated inputs, whose values add up; on a GPU coalescing synchronises,
+// as the optimizer's own coalesce of that gradient does); a compressed one
+// (CSR, CSC, BSR, BSC) its values; any other as it is.
+at::Tensor observedValues(const at::Tensor& x) {
+  if (!x.defined()) {
+    return x;
+  }
+  switch (x.layout()) {
+    case at::kSparse:
+      return x.coalesce().values();
+    case at::kSparseCsr:
+    case at::kSparseCsc:
+    case at::kSparseBsr:
+    case at::kSparseBsc:
+      return x.values();
+    default:
+      return x;
+  }
+}
+
+// Whether an observation has nothing to add: no elements, neither floating
+// point nor complex (a complex tensor is observed as its magnitudes), or an
+// update without the weight before the step.
 bool nothingToObserve(const at::Tensor& x, const at::Tensor* before) {
   return !x.defined() || x.numel() == 0 ||
-      !at::isFloatingType(x.scalar_type()) ||
+      !(at::isFloatingType(x.scalar_type()) ||
+        at::isComplexType(x.scalar_type())) ||
       (before != nullptr && !before->defined());
 }
 
@@ -719,14 +744,16 @@ void Recorder::observeChecked(
     double gateValue = -1.0;
     bool gateRead = false;
     for (size_t i = 0; i < values.size(); ++i) {
-      const at::Tensor& x = values[i];
+      const at::Tensor x = observedValues(values[i]);
       const int64_t key = keys[i]; // in range: checkObservation
       const at::Tensor* b = before.empty() ? nullptr : &before[i];
       if (nothingToObserve(x, b)) {
         continue;
       }
       observed = true;
-      if (x.is_cpu() && slotsOnCpu && !forceDevicePath) {
+      // The host scan reads real floating point; complex tensors take the
+      // ATen ops of the device path (on the CPU too), which see magnitudes.
+      if (x.is_cpu() && slotsOnCpu && !forceDevicePath && !x.is_complex()) {
         // The host path: the gate is a CPU number, read here for free.
         if (!gateRead) {
           gateValue = *gate.const_data_ptr<double>();
@@ -775,7 +802,7 @@ void Recorder::writeHistograms(
     at::TensorList before,
     int64_t step) {
   for (size_t i = 0; i < values.size(); ++i) {
-    const at::Tensor& x = values[i];
+    const at::Tensor x = observedValues(values[i]);
     const at::Tensor* b = before.empty() ? nullptr : &before[i];
     if (nothingToObserve(x, b)) {
       continue;
@@ -790,7 +817,10 @@ void Recorder::writeHistograms(
       }
       histogramStep_[key] = step;
     }
-    const at::Tensor shown = b == nullptr ? x : at::sub(x, *b);
+    at::Tensor shown = b == nullptr ? x : at::sub(x, *b);
+    if (shown.is_complex()) {
+      shown = at::abs(shown); // magnitudes, as the statistics
+    }
     options_.writer->addHistogram(keys_[key].name(), shown, step);
   }
 }

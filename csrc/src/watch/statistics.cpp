@@ -321,7 +321,13 @@ void observeOnHost(
 
 at::Tensor rowOnDevice(const at::Tensor& values, const at::Tensor* before) {
   // float64 throughout, as on the host, so both paths give the same sums.
-  at::Tensor v = before != nullptr ? at::sub(values, *before) : values;
+  // A complex tensor is observed as its magnitudes: an update's are those
+  // of the change, and the ratio's norms are the complex norms.
+  const auto real = [](const at::Tensor& t) {
+    return t.is_complex() ? at::abs(t) : t;
+  };
+  const at::Tensor v =
+      real(before != nullptr ? at::sub(values, *before) : values);
   const at::Tensor x = v.reshape({-1}).to(at::kDouble);
   const auto options = x.options();
   const at::Tensor finite = at::isfinite(x);
@@ -332,7 +338,7 @@ at::Tensor rowOnDevice(const at::Tensor& values, const at::Tensor* before) {
   at::Tensor ratioCount = ratioSum;
   if (before != nullptr) {
     const at::Tensor beforeNorm =
-        at::sqrt(at::sum(at::square(before->reshape({-1}).to(at::kDouble))));
+        at::sqrt(at::sum(at::square(real(*before).reshape({-1}).to(at::kDouble))));
     const at::Tensor counted = at::logical_and(
         at::isfinite(beforeNorm), at::gt(beforeNorm, 0.0));
     ratioSum = at::where(counted, at::div(norm, beforeNorm), 0.0);

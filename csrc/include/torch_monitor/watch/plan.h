@@ -64,7 +64,7 @@ class TORCH_MONITOR_API Selection {
 // The one rule of which tensor a module's output keys observe: the output
 // itself, or the first element of a tuple or list (nn::LSTM's
 // tuple<Tensor, tuple<Tensor, Tensor>>, nn::MultiheadAttention's pair, a
-// vector of tensors), when it is a defined floating-point tensor; nullptr
+// vector of tensors), when it is a defined floating-point or complex tensor; nullptr
 // for any other output (nothing is observed). Python's watch() reads
 // outputs by the same rule (torch_monitor/watch.py, _observed_tensor: a
 // Python hook cannot call C++ without breaking torch.compile's graph); the
