@@ -14,6 +14,8 @@ tensor hooks and the optimizer's step hooks.
 import datetime
 import numbers
 import re
+import sys
+import weakref
 from typing import Iterable, List, Optional, Pattern, Sequence, Union
 
 import torch
@@ -29,6 +31,11 @@ WATCH_EVENT = "torch_monitor.Watch"
 NONFINITE_EVENT = "torch_monitor.NonFinite"
 
 _KINDS = ("grad", "weight", "update", "output", "output_grad")
+
+#: The models watched now, each with its watch: a second watch of one would
+#: log every statistic twice. Weak keys: a model's copy is another object,
+#: and not watched.
+_WATCHED: "weakref.WeakKeyDictionary[torch.nn.Module, Watch]" = weakref.WeakKeyDictionary()
 _observe = torch.ops.torch_monitor.watch_observe_.default
 
 def _observed_tensor(output):
@@ -123,8 +130,9 @@ class Watch:
     windows their statistics. ``remove()`` (or leaving a ``with`` block)
     logs the open window and removes every hook."""
 
-    def __init__(self, recorder: "_spellings.Watch", keys: List[str]):
+    def __init__(self, recorder: "_spellings.Watch", keys: List[str], model: torch.nn.Module):
         self._recorder = recorder
+        self._model = weakref.ref(model)
         self._keys = keys
         self._id = recorder.id()
         self._slots = recorder.slots()
@@ -149,6 +157,9 @@ class Watch:
         if self._removed:
             return
         self._removed = True
+        model = self._model()
+        if model is not None and _WATCHED.get(model) is self:
+            del _WATCHED[model]
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -307,6 +318,19 @@ def watch(
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"watch: model must be a torch.nn.Module, got {type(model).__name__}")
+    # watch(torch.compile(model)) watches the model: its own paths (not
+    # "_orig_mod.<path>") and its submodules' outputs, not the wrapper's one
+    # output; the compiled wrapper runs (and traces) the model's hooks.
+    # torch._dynamo is loaded whenever such a wrapper exists: no import here.
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is not None and isinstance(model, eval_frame.OptimizedModule):
+        model = model._orig_mod
+    if model in _WATCHED:
+        raise ValueError(
+            f"watch: this model is already watched ({_WATCHED[model]!r}); remove() that watch "
+            "first (or leave its with-block): two watches of one model would log every "
+            "statistic twice"
+        )
     what = [what] if isinstance(what, str) else list(what) if isinstance(what, Iterable) else None
     if what is None or not all(isinstance(kind, str) for kind in what):
         raise TypeError(f"watch: what must be a kind or a sequence of kinds among {_KINDS}, got {what!r}")
@@ -392,7 +416,7 @@ def watch(
         bool(sync_ranks),
         str(device),
     )
-    w = Watch(recorder, [f"{p}.{k}" for p, k in zip(key_paths, key_kinds)])
+    w = Watch(recorder, [f"{p}.{k}" for p, k in zip(key_paths, key_kinds)], model)
     handles = w._handles
 
     # Parameters: through the optimizer's step hooks, or tensor hooks.
@@ -417,4 +441,5 @@ def watch(
             hook = _OutputHook(w, out_keys.get(path, -1), grad_keys.get(path, -1))
             handles.append(module.register_forward_hook(hook))
 
+    _WATCHED[model] = w
     return w

@@ -650,6 +650,39 @@ def test_outputs_of_tuples_observe_their_first_tensor(events):
     assert not any(key.startswith("argmax.output") for key in window.data)
 
 
+def test_a_watched_model_is_not_watched_again_until_its_watch_is_removed(events):
+    model = MLP()
+    first = tm.watch(model, what="output", window_steps=10)
+    with pytest.raises(ValueError, match=r"already watched .*remove\(\) that watch first"):
+        tm.watch(model, what="grad", window_steps=10)
+    copy = __import__("copy").deepcopy(model)  # another model: watched on its own
+    with tm.watch(copy, what="output", window_steps=10):
+        pass
+    first.remove()
+    with tm.watch(model, what="output", window_steps=10):
+        tm.set_step(0)
+        model(torch.randn(2, 4))
+    (e,) = events.windows
+    assert e.data["fc1.output.norm"] > 0  # logged once, by the second watch
+
+
+def test_a_compiled_model_is_watched_under_its_own_paths(events):
+    torch.manual_seed(0)
+    model = MLP()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    with tm.watch(model, what="output", window_steps=10) as plain:
+        keys = plain.keys
+    with tm.watch(compiled, what="output", window_steps=10) as w:
+        assert w.keys == keys and not any("_orig_mod" in k for k in w.keys)
+        with pytest.raises(ValueError, match="already watched"):
+            tm.watch(model, what="output", window_steps=10)  # the same model
+        tm.set_step(0)
+        x = torch.randn(2, 4)
+        compiled(x)
+    (e,) = events.windows
+    assert e.data["fc1.output.norm"] == pytest.approx(model.fc1(x).norm().item(), rel=1e-6)
+
+
 def test_include_and_exclude_are_read_as_cpp_reads_them():
     """One selection for both worlds (watch/plan.h): ECMAScript patterns."""
     model = MLP()
