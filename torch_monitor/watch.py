@@ -15,6 +15,7 @@ import datetime
 import numbers
 import re
 import sys
+import warnings as _warnings
 import weakref
 from typing import Iterable, List, Optional, Pattern, Sequence, Union
 
@@ -178,7 +179,43 @@ class Watch:
     # The optimizer's step hooks (eager Python: optimizer steps are not
     # compiled with the model).
 
+    def _check_what_is_watched(self, optimizer) -> None:
+        """Warns once of parameters the watch does not follow: added to the
+        optimizer after watch() (add_param_group), or replaced in the model
+        (the watch observes the tensors watch() was given). Each step checks
+        the optimizer's size (a few len() calls); every 100th step checks the
+        watched parameters are still the model's."""
+        model = self._model()
+        if model is None:
+            return
+        size = sum(len(group["params"]) for group in optimizer.param_groups)
+        if size != self._optimizer_size:
+            self._optimizer_size = size
+            paths = {id(p): path for path, p in model.named_parameters()}
+            added = [paths.get(id(p), "a tensor that is not the model's")
+                     for group in optimizer.param_groups for p in group["params"]
+                     if id(p) not in self._optimized_ids]
+            if added:
+                self._optimized_ids = self._optimized_ids | {id(p) for group in optimizer.param_groups
+                                                             for p in group["params"]}  # once each
+                _warnings.warn(
+                    f"torch_monitor.watch: {', '.join(map(repr, added))} joined the optimizer after "
+                    "watch() and are not watched; remove() the watch and call watch() again to "
+                    "watch them", stacklevel=3)
+        self._steps_checked += 1
+        if self._steps_checked % 100 == 1:
+            replaced = [path for path, module, name, p in self._parameter_places
+                        if module._parameters.get(name) is not p]
+            if replaced:
+                self._parameter_places = [place for place in self._parameter_places
+                                          if place[0] not in replaced]  # once each
+                _warnings.warn(
+                    f"torch_monitor.watch: {', '.join(map(repr, replaced))} were replaced in the "
+                    "model after watch(); the watch observes the tensors it was given, no longer "
+                    "the model's: remove() the watch and call watch() again", stacklevel=3)
+
     def _before_step(self, optimizer, args, kwargs) -> None:
+        self._check_what_is_watched(optimizer)
         if self._grad_from_optimizer:
             grads, keys = [], []
             for key, p in self._grad_params:
@@ -430,6 +467,13 @@ def watch(
         for key, _, p in by_kind["grad"]:
             handles.append(p.register_hook(_GradHook(w, key)))
     if optimizer is not None:
+        w._optimized_ids = in_optimizer
+        w._optimizer_size = sum(len(group["params"]) for group in optimizer.param_groups)
+        watched = {id(p) for _, _, p in (*by_kind.get("grad", ()), *by_kind.get("weight", ()),
+                                         *by_kind.get("update", ()))}
+        w._parameter_places = [(path, model.get_submodule(path.rpartition(".")[0]), path.rpartition(".")[2], p)
+                               for path, p in parameters if id(p) in watched]
+        w._steps_checked = 0
         handles.append(optimizer.register_step_pre_hook(w._before_step))
         handles.append(optimizer.register_step_post_hook(w._after_step))
 

@@ -683,6 +683,40 @@ def test_a_compiled_model_is_watched_under_its_own_paths(events):
     assert e.data["fc1.output.norm"] == pytest.approx(model.fc1(x).norm().item(), rel=1e-6)
 
 
+def test_parameters_the_watch_cannot_follow_are_named_in_one_warning(events):
+    import warnings
+
+    model = MLP()
+    model.head = torch.nn.Linear(3, 3)  # a head trained later, as in fine-tuning
+    optimizer = torch.optim.SGD([p for n, p in model.named_parameters() if not n.startswith("head")], lr=0.1)
+    w = tm.watch(model, optimizer, what=("grad", "update"), window_steps=10)
+
+    def step():
+        optimizer.zero_grad()
+        model.head(model(torch.randn(2, 4))).sum().backward()
+        optimizer.step()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step()
+        optimizer.add_param_group({"params": list(model.head.parameters())})
+        model.fc1.weight = torch.nn.Parameter(model.fc1.weight.detach().clone())
+        for _ in range(3):
+            step()
+    w.remove()
+    messages = [str(c.message) for c in caught if "torch_monitor.watch" in str(c.message)]
+    assert len(messages) == 1 and "'head.weight', 'head.bias' joined the optimizer after watch()" in messages[0]
+    # A replacement is checked at the first step and every 100th after it.
+    model2 = MLP()
+    optimizer2 = torch.optim.SGD(model2.parameters(), lr=0.1)
+    w2 = tm.watch(model2, optimizer2, what="grad", window_steps=10)
+    model2.fc2.bias = torch.nn.Parameter(torch.zeros(3))
+    with pytest.warns(UserWarning, match="'fc2.bias' were replaced in the model after watch()"):
+        model2(torch.randn(2, 4)).sum().backward()
+        optimizer2.step()
+    w2.remove()
+
+
 def test_include_and_exclude_are_read_as_cpp_reads_them():
     """One selection for both worlds (watch/plan.h): ECMAScript patterns."""
     model = MLP()
