@@ -441,6 +441,12 @@ def watch(
 
     first = next(iter(model.parameters()), None)
     device = first.device if first is not None else torch.device("cpu")
+    if device.type == "meta":
+        raise ValueError(
+            "watch: the model is on the meta device (its parameters hold no values yet, and the "
+            "watch keeps its statistics on the model's device): call watch() after materialising "
+            "it, model.to_empty(device=...) and its initialisation"
+        )
     recorder = _spellings.Watch(
         key_paths,
         key_kinds,

@@ -717,6 +717,19 @@ def test_parameters_the_watch_cannot_follow_are_named_in_one_warning(events):
     w2.remove()
 
 
+def test_a_model_on_the_meta_device_is_watched_once_materialised():
+    with torch.device("meta"):
+        model = MLP()
+    with pytest.raises(ValueError, match=r"meta device .*call watch\(\) after materialising it"):
+        tm.watch(model, what=("grad", "output"), window_steps=2)
+    model.to_empty(device="cpu")
+    for p in model.parameters():
+        torch.nn.init.normal_(p)
+    with tm.watch(model, what=("grad", "output"), window_steps=2) as w:
+        model(torch.randn(2, 4)).sum().backward()
+    assert "fc1.output" in w.keys
+
+
 def test_include_and_exclude_are_read_as_cpp_reads_them():
     """One selection for both worlds (watch/plan.h): ECMAScript patterns."""
     model = MLP()
