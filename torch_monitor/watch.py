@@ -319,7 +319,7 @@ def watch(
     time: exactly one) logs one ``"torch_monitor.Watch"`` event, at the
     training step it closed at, with ``"<path>.<kind>.<statistic>"`` numbers
     (``rms``, ``mean``, ``min``, ``max``, ``abs_max``, ``norm``,
-    ``nonfinite``, ``zero_frac``; ``ratio`` for updates), e.g.
+    ``norm_max``, ``nonfinite``, ``zero_frac``; ``ratio`` for updates), e.g.
     ``"fc1.weight.grad.rms"``; a window that saw NaN or inf also logs
     ``"torch_monitor.NonFinite"`` mapping each such ``"<path>.<kind>"`` to
     the first step it did. Every sink takes them (TensorBoard, JSON Lines,
@@ -477,8 +477,10 @@ def watch(
         w._optimizer_size = sum(len(group["params"]) for group in optimizer.param_groups)
         watched = {id(p) for _, _, p in (*by_kind.get("grad", ()), *by_kind.get("weight", ()),
                                          *by_kind.get("update", ()))}
-        w._parameter_places = [(path, model.get_submodule(path.rpartition(".")[0]), path.rpartition(".")[2], p)
-                               for path, p in parameters if id(p) in watched]
+        # (A scripted module's parameters cannot be replaced from Python.)
+        owners = {} if isinstance(model, torch.jit.ScriptModule) else dict(model.named_modules())
+        w._parameter_places = [(path, owners[path.rpartition(".")[0]], path.rpartition(".")[2], p)
+                               for path, p in parameters if id(p) in watched and owners]
         w._steps_checked = 0
         handles.append(optimizer.register_step_pre_hook(w._before_step))
         handles.append(optimizer.register_step_post_hook(w._after_step))

@@ -27,7 +27,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // tensors with torch ops in float64: what the watch must log.
 struct Oracle {
   double elements = 0, nonFinite = 0, zeros = 0, sum = 0, squares = 0;
-  double min = kInf, max = -kInf, absMax = -kInf, normSum = 0, observations = 0;
+  double min = kInf, max = -kInf, absMax = -kInf, normSum = 0, normMax = -kInf;
+  double observations = 0;
   double ratioSum = 0, ratioCount = 0;
   int64_t firstNonFinite = -1;
 
@@ -43,6 +44,7 @@ struct Oracle {
     const double sq = (f * f).sum().item<double>();
     squares += sq;
     normSum += std::sqrt(sq);
+    normMax = std::max(normMax, std::sqrt(sq));
     observations += 1;
     if (f.numel() > 0) {
       min = std::min(min, f.min().item<double>());
@@ -72,6 +74,7 @@ struct Oracle {
         {"max", max},
         {"abs_max", absMax},
         {"norm", normSum / observations},
+        {"norm_max", normMax},
         {"nonfinite", nonFinite},
         {"zero_frac", zeros / elements}};
     if (withRatio) {

@@ -26,7 +26,7 @@ import isolated  # noqa: E402
 from isolated import run_isolated  # noqa: E402
 
 KINDS = ("grad", "weight", "update", "output", "output_grad")
-STATISTICS = ("rms", "mean", "min", "max", "abs_max", "norm", "nonfinite", "zero_frac")
+STATISTICS = ("rms", "mean", "min", "max", "abs_max", "norm", "norm_max", "nonfinite", "zero_frac")
 
 
 # ------------------------------------------------------------ the oracle
@@ -67,7 +67,9 @@ class Oracle:
             out[f"{key}.min"] = f.min().item() if n else nan
             out[f"{key}.max"] = f.max().item() if n else nan
             out[f"{key}.abs_max"] = f.abs().max().item() if n else nan
-            out[f"{key}.norm"] = sum(t[torch.isfinite(t)].norm().item() for _, t, _ in items) / len(items)
+            norms = [t[torch.isfinite(t)].norm().item() for _, t, _ in items]
+            out[f"{key}.norm"] = sum(norms) / len(items)
+            out[f"{key}.norm_max"] = max(norms)
             out[f"{key}.nonfinite"] = int((~finite).sum().item())
             out[f"{key}.zero_frac"] = (x == 0).sum().item() / x.numel()
             if key.endswith(".update"):
@@ -812,7 +814,7 @@ def test_sinks_take_watch_events_as_they_take_stat_events(tmp_path):
     assert [l["name"] for l in lines] == [tm.WATCH_EVENT] * 3
     assert lines[0]["step"] == 5 and isinstance(lines[0]["data"]["fc1.weight.grad.nonfinite"], int)
     text = (tmp_path / "watch.prom").read_text()
-    for statistic in ("rms", "mean", "min", "max", "abs_max", "norm", "nonfinite", "zero_frac"):
+    for statistic in STATISTICS:
         assert f'torch_monitor_fc1_weight_grad{{aggregation="{statistic}"}}' in text, statistic
     assert 'torch_monitor_fc1_weight_update{aggregation="ratio"}' in text
     assert "torch_monitor.Watch 'fc1.weight.grad': last closed window" in text
@@ -866,7 +868,7 @@ def test_memory_per_watched_tensor_is_fixed():
     size = (slots.numel(), [b.numel() for b in w._before])
     train(model, optimizer, Oracle(), steps=30, kinds=())
     assert w._slots is slots and (slots.numel(), [b.numel() for b in w._before]) == size
-    assert slots.shape == (len(w.keys), 13)
+    assert slots.shape == (len(w.keys), 14)
     w.remove()
 
 

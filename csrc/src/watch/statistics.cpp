@@ -314,6 +314,7 @@ void observeOnHost(
   row[kNegMin] = std::max(row[kNegMin], -p.min);
   row[kMax] = std::max(row[kMax], p.max);
   row[kAbsMax] = std::max(row[kAbsMax], p.absMax);
+  row[kNormMax] = std::max(row[kNormMax], norm);
   if (p.nonFinite > 0) {
     row[kNegFirstNonFinite] = std::max(row[kNegFirstNonFinite], -step);
   }
@@ -357,6 +358,7 @@ at::Tensor rowOnDevice(const at::Tensor& values, const at::Tensor* before) {
       at::amax(at::where(finite, at::neg(x), -kInf)),
       at::amax(at::where(finite, x, -kInf)),
       at::amax(at::abs(kept)),
+      norm,
       scalarLike(-kInf, options),
   });
 }
@@ -406,6 +408,7 @@ void appendStatistics(
   put("max", anyFinite ? row[kMax] : kNaN);
   put("abs_max", anyFinite ? row[kAbsMax] : kNaN);
   put("norm", row[kNormSum] / observations);
+  put("norm_max", row[kNormMax]);
   put("nonfinite", static_cast<int64_t>(row[kNonFinite]));
   put("zero_frac", elements > 0.0 ? row[kZeros] / elements : kNaN);
   if (withRatio) {

@@ -36,8 +36,9 @@ inline constexpr int64_t kSumColumns = 9;
 inline constexpr int64_t kNegMin = 9; // -(smallest finite element)
 inline constexpr int64_t kMax = 10; // largest finite element
 inline constexpr int64_t kAbsMax = 11; // largest |finite element|
-inline constexpr int64_t kNegFirstNonFinite = 12; // -(first step with one)
-inline constexpr int64_t kColumns = 13;
+inline constexpr int64_t kNormMax = 12; // largest L2 norm of an observation
+inline constexpr int64_t kNegFirstNonFinite = 13; // -(first step with one)
+inline constexpr int64_t kColumns = 14;
 } // namespace column
 
 // The row of a key that saw nothing: zeros, then -inf.
@@ -79,8 +80,8 @@ TORCH_MONITOR_API void mergeRowsOnDevice(
     const at::Tensor& gate);
 
 // The statistics of a key's row, as the event data of a closed window:
-// "<key>.rms", ".mean", ".min", ".max", ".abs_max", ".norm", ".nonfinite"
-// (an int), ".zero_frac" and, with `withRatio`, ".ratio". Nothing when the
+// "<key>.rms", ".mean", ".min", ".max", ".abs_max", ".norm", ".norm_max",
+// ".nonfinite" (an int), ".zero_frac" and, with `withRatio`, ".ratio". Nothing when the
 // row has no observation. A statistic that no finite element defines (rms of
 // a tensor that was all NaN, say) is NaN.
 TORCH_MONITOR_API void appendStatistics(
