@@ -436,6 +436,8 @@ def watch(
     )
     by_kind: dict = {}
     for key, (kind, target) in enumerate(zip(key_kinds, targets)):
+        if target < 0:
+            continue  # total.grad: the recorder observes it from the gradients
         objects = modules if kind.startswith("output") else parameters
         by_kind.setdefault(kind, []).append((key, objects[target][0], objects[target][1]))
 

@@ -163,10 +163,13 @@ void trainAndCheck(int64_t steps, int64_t window, double tol) {
     optimizer.zero_grad();
     torch::mse_loss(net->forward(x), target).backward();
     std::map<std::string, torch::Tensor> before;
+    std::vector<torch::Tensor> grads; // total.grad: all of them, as one
     for (const auto& p : net->named_parameters()) {
       windows.back()[p.key() + ".grad"].add(p.value().grad().clone(), step);
+      grads.push_back(p.value().grad().flatten());
       before[p.key()] = p.value().detach().clone();
     }
+    windows.back()["total.grad"].add(torch::cat(grads), step);
     watch.step(optimizer);
     for (const auto& p : net->named_parameters()) {
       windows.back()[p.key() + ".weight"].add(p.value().detach().clone(), step);
@@ -321,7 +324,7 @@ TEST(Watch, TiedParametersAreWatchedOnceUnderTheirFirstName) {
   options.what = {"grad"};
   options.windowSteps = 10;
   Watch watch(net, options);
-  EXPECT_EQ(watch.keys(), (std::vector<std::string>{"tied.grad"}));
+  EXPECT_EQ(watch.keys(), (std::vector<std::string>{"tied.grad", "total.grad"}));
   ScopedRecorder recorder;
   torch::optim::SGD optimizer(net->parameters(), 0.1);
   setStep(0);
@@ -333,7 +336,8 @@ TEST(Watch, TiedParametersAreWatchedOnceUnderTheirFirstName) {
   ASSERT_EQ(events.size(), 1u);
   Oracle o;
   o.add(grad, 0);
-  std::map<std::string, Oracle> want{{"tied.grad", o}};
+  // The total of one gradient is that gradient.
+  std::map<std::string, Oracle> want{{"tied.grad", o}, {"total.grad", o}};
   expectWindow(events[0], want, 1e-12);
   clearStep();
 }
@@ -438,7 +442,9 @@ TEST(Watch, IncludeAndExcludeSelectKeysByPath) {
   o.include = "fc2";
   o.exclude = "bias";
   Watch w(net, o);
-  EXPECT_EQ(w.keys(), (std::vector<std::string>{"fc2.weight.grad", "fc2.output"}));
+  EXPECT_EQ(
+      w.keys(),
+      (std::vector<std::string>{"fc2.weight.grad", "total.grad", "fc2.output"}));
 }
 
 TEST(Watch, FrozenParametersAreNotWatchedAsInPython) {
@@ -451,7 +457,7 @@ TEST(Watch, FrozenParametersAreNotWatchedAsInPython) {
   EXPECT_EQ(
       w.keys(),
       (std::vector<std::string>{
-          "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad",
+          "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad", "total.grad",
           "fc1.bias.update", "fc2.weight.update", "fc2.bias.update"}));
   o.include = "fc1.weight";
   try {

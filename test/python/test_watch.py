@@ -50,10 +50,25 @@ class Oracle:
         ratio = finite.norm().item() / b if math.isfinite(b) and b > 0 else None
         self.seen[key].append((step, delta.clone(), ratio))
 
+    def with_total(self):
+        """The observations, with "total.grad": per step, every gradient
+        observed in it, as one observation (its norm: the total norm)."""
+        seen = dict(self.seen)
+        if "total.grad" in seen:  # given (each rank's, in watch_rank_worker.py)
+            return seen
+        by_step = defaultdict(list)
+        for key, items in self.seen.items():
+            if key.endswith(".grad"):
+                for step, t, _ in items:
+                    by_step[step].append(t)
+        if by_step:
+            seen["total.grad"] = [(step, torch.cat(ts), None) for step, ts in sorted(by_step.items())]
+        return seen
+
     def window(self, lo, hi, every=1):
         """{data key: value} of the observations at steps in [lo, hi)."""
         out = {}
-        for key, items in self.seen.items():
+        for key, items in self.with_total().items():
             items = [i for i in items if lo <= i[0] < hi and i[0] % every == 0]
             if not items:
                 continue
@@ -79,7 +94,7 @@ class Oracle:
 
     def first_nonfinite(self, lo, hi):
         out = {}
-        for key, items in self.seen.items():
+        for key, items in self.with_total().items():
             for step, t, _ in items:
                 if lo <= step < hi and not torch.isfinite(t).all():
                     out[key] = step
@@ -250,9 +265,11 @@ def test_gradient_accumulation(events):
     model2 = MLP()
     without = tm.watch(model2, what="grad", window_steps=100, include="fc2")
     accumulated, each = Oracle(), Oracle()
-    hooks = [p.register_hook(lambda g, n=n: each.add(f"{n}.grad", 0, g))
+    current = [0]
+    hooks = [p.register_hook(lambda g, n=n: each.add(f"{n}.grad", current[0], g))
              for n, p in model2.named_parameters() if n.startswith("fc2")]
     for step in range(2):
+        current[0] = step
         tm.set_step(step)
         optimizer.zero_grad()
         model2.zero_grad()
@@ -392,7 +409,7 @@ def test_tied_parameters_are_watched_once_under_their_first_name(events):
     model = Tied()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     w = tm.watch(model, optimizer, what=("grad", "update"), window_steps=10)
-    assert w.keys == ["encoder.weight.grad", "encoder.weight.update"]
+    assert w.keys == ["encoder.weight.grad", "total.grad", "encoder.weight.update"]
     oracle = Oracle()
     tm.set_step(0)
     model(torch.randn(5, 4)).square().sum().backward()
@@ -493,7 +510,7 @@ def test_frozen_parameters_and_parameters_the_optimizer_skips_are_not_watched():
     optimizer = torch.optim.SGD([model.fc2.weight], lr=0.1)
     w = tm.watch(model, optimizer, what=("update", "grad", "output"), window_steps=10)
     assert w.keys == [
-        "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad", "fc2.weight.update",
+        "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad", "total.grad", "fc2.weight.update",
         "fc1.output", "act.output", "fc2.output",
     ]
     w.remove()
@@ -538,7 +555,8 @@ def test_the_choice_of_keys_is_the_same_call_in_eager_and_torchscript():
 
     args = dict(what=["update", "grad", "output"], parameters=["a.w", "a.b", "c.w"],
                 trainable=[True, False, True], stepped=[True, True, False], modules=["a", "c"])
-    expected = (["a.w", "c.w", "a.w", "a", "c"], ["grad", "grad", "update", "output", "output"], [0, 2, 0, 0, 1])
+    expected = (["a.w", "c.w", "total", "a.w", "a", "c"], ["grad", "grad", "grad", "update", "output", "output"],
+                [0, 2, -1, 0, 0, 1])
     assert tuple(plan(**args)) == tuple(torch.jit.script(plan)(**args)) == expected
 
 
@@ -732,11 +750,46 @@ def test_a_model_on_the_meta_device_is_watched_once_materialised():
     assert "fc1.output" in w.keys
 
 
+def test_the_total_gradient_norm_is_clip_grad_norms_and_a_spike_shows_in_norm_max(path, events):
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    w = tm.watch(model, optimizer, what="grad", window_steps=4)
+    totals = []
+    for step in range(4):
+        tm.set_step(step)
+        optimizer.zero_grad()
+        scale = 1000.0 if step == 2 else 1.0  # one step's gradients 1000x
+        (scale * model(torch.randn(8, 4)).square().mean()).backward()
+        # torch's own total norm, as torchtitan and Lightning log it
+        totals.append(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"), norm_type=2.0).item())
+        optimizer.step()
+    w.remove()
+    (e,) = events.windows
+    assert e.data["total.grad.norm"] == pytest.approx(sum(totals) / 4, rel=1e-6)  # float32 in torch
+    assert e.data["total.grad.norm_max"] == pytest.approx(totals[2], rel=1e-6)
+    assert e.data["total.grad.norm_max"] > 3 * e.data["total.grad.norm"]  # the mean hides the spike
+
+
+def test_a_parameter_or_module_at_the_path_total_is_refused():
+    class Named(torch.nn.Module):
+        def __init__(self, holder):
+            super().__init__()
+            if holder == "parameter":
+                self.total = torch.nn.Parameter(torch.zeros(2))
+            else:
+                self.total = torch.nn.Linear(2, 2)
+
+    for holder in ("parameter", "submodule"):
+        with pytest.raises(ValueError, match=f"has a {holder} at the path 'total'.*rename it"):
+            tm.watch(Named(holder), what="grad", window_steps=2)
+
+
 def test_include_and_exclude_are_read_as_cpp_reads_them():
     """One selection for both worlds (watch/plan.h): ECMAScript patterns."""
     model = MLP()
     w = tm.watch(model, what=("grad", "output"), window_steps=2, include=r"fc\d", exclude="bias$")
-    assert w.keys == ["fc1.weight.grad", "fc2.weight.grad", "fc1.output", "fc2.output"]
+    assert w.keys == ["fc1.weight.grad", "fc2.weight.grad", "total.grad", "fc1.output", "fc2.output"]
     w.remove()
     with pytest.raises(ValueError, match="ECMAScript"):
         tm.watch(model, what="grad", window_steps=2, include="(?P<layer>fc1)")

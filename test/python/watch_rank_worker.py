@@ -13,6 +13,7 @@ every (the others WINDOW and 1).
 
 import json
 import os
+import re
 import sys
 import time
 import warnings
@@ -84,6 +85,9 @@ def main():
         for n, p in model.named_parameters():
             seen(step, f"{n}.grad", p.grad)
             before[n] = p.detach().clone()
+        # total.grad: this rank's watched gradients of the step, as one.
+        seen(step, "total.grad", torch.cat([p.grad.flatten() for n, p in model.named_parameters()
+                                            if not (exclude and re.search(exclude, n))]))
         optimizer.step()
         for n, p in model.named_parameters():
             delta = p.detach() - before[n]

@@ -130,6 +130,16 @@ Plan planKeys(
   std::sort(kinds.begin(), kinds.end());
   kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
   selection.checkMatched(candidates.parameters, candidates.modules);
+  for (const auto* paths : {&candidates.parameters, &candidates.modules}) {
+    TORCH_CHECK_VALUE(
+        std::find(paths->begin(), paths->end(), kTotalPath) == paths->end(),
+        "torch_monitor.watch: the model has a ",
+        paths == &candidates.parameters ? "parameter" : "submodule",
+        " at the path '",
+        kTotalPath,
+        "', the path of the watch's whole-model keys (total.grad); rename "
+        "it");
+  }
 
   Plan plan;
   for (const Kind kind : kinds) {
@@ -154,6 +164,11 @@ Plan planKeys(
         plan.keys.push_back(Key{candidates.modules[i], kind});
         plan.targets.push_back(int64_t(i));
       }
+    }
+    if (kind == Kind::Grad && plan.keys.size() > first) {
+      // The whole model's gradient, after the parameters' (no target).
+      plan.keys.push_back(Key{kTotalPath, Kind::Grad});
+      plan.targets.push_back(-1);
     }
     TORCH_CHECK_VALUE(
         plan.keys.size() > first,

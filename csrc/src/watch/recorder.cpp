@@ -167,6 +167,13 @@ Recorder::Recorder(
   slots_ = at::empty({int64_t(keys_.size()), kColumns}, f64);
   resetSlots(slots_);
   gate_ = at::scalar_tensor(0.0, f64);
+  for (size_t k = 0; k < keys_.size(); ++k) {
+    if (keys_[k].path == kTotalPath && keys_[k].kind == Kind::Grad) {
+      totalKey_ = int64_t(k);
+      pendingTotal_ = at::empty({1, kColumns}, f64);
+      resetSlots(pendingTotal_);
+    }
+  }
   histogramStep_.assign(keys_.size(), -1);
   layoutHash_ = layoutHashOf(keys_);
   shape_ = shapeOf(keys_, options_, layoutHash_);
@@ -333,6 +340,25 @@ void Recorder::setGateLocked(int64_t step) {
   }
 }
 
+void Recorder::foldTotalLocked() {
+  if (!totalPending_) {
+    return;
+  }
+  totalPending_ = false;
+  if (slots_.is_cpu()) {
+    double* pending = pendingTotal_.data_ptr<double>();
+    asOneObservation(pending);
+    mergeRow(slots_.data_ptr<double>() + totalKey_ * kColumns, pending);
+    fillIdentity(pending);
+    return;
+  }
+  // On the device: the gate still says whether the ending step was
+  // observed, and is the step of a non-finite gradient in it.
+  asOneObservation(pendingTotal_);
+  mergeRowsOnDevice(slots_.narrow(0, totalKey_, 1), pendingTotal_.clone(), gate_);
+  resetSlots(pendingTotal_);
+}
+
 void Recorder::onStep(int64_t step) {
   std::optional<Closed> closed;
   {
@@ -340,6 +366,7 @@ void Recorder::onStep(int64_t step) {
     if (removed_) {
       return;
     }
+    foldTotalLocked();
     if (options_.windowSteps > 0) {
       const int64_t index = step / options_.windowSteps;
       if (index != windowIndex_) {
@@ -378,6 +405,7 @@ void Recorder::optimizerStepped() {
 std::optional<Recorder::Closed> Recorder::closeLocked(
     std::optional<int64_t> eventStep,
     bool onlyIfObserved) {
+  foldTotalLocked(); // the step in progress: its gradients so far
   Closed c;
   c.step = eventStep;
   const bool read = observedSinceClose_ || (deviceUsed_ && !onlyIfObserved);
@@ -760,8 +788,18 @@ void Recorder::observeChecked(
           gateRead = true;
         }
         if (gateValue >= 0.0) {
-          observeOnHost(
-              slots.data_ptr<double>() + key * kColumns, x, b, gateValue);
+          double* row = slots.data_ptr<double>() + key * kColumns;
+          if (totalKey_ >= 0 && keys_[key].kind == Kind::Grad) {
+            // The observation's own row, for its key and the step's total.
+            double own[kColumns];
+            fillIdentity(own);
+            observeOnHost(own, x, b, gateValue);
+            mergeRow(row, own);
+            mergeRow(pendingTotal_.data_ptr<double>(), own);
+            totalPending_ = true;
+          } else {
+            observeOnHost(row, x, b, gateValue);
+          }
           observedSinceClose_ = true;
         }
         continue;
@@ -785,6 +823,25 @@ void Recorder::observeChecked(
           mergeRowsOnDevice(
               slots.narrow(0, rowKeys[j], 1), stacked.narrow(0, j, 1), gate);
         }
+      }
+      if (totalKey_ >= 0) {
+        // The step's gradients, into the pending total: one merged row
+        // when the call holds only gradients (the optimizer's), else row by
+        // row (no index tensor: it would be copied from the host).
+        int64_t grads = 0;
+        for (const int64_t key : rowKeys) {
+          grads += keys_[key].kind == Kind::Grad ? 1 : 0;
+        }
+        if (grads == n) {
+          mergeRowsOnDevice(pendingTotal_, mergedRow(stacked), gate);
+        } else {
+          for (int64_t j = 0; j < n; ++j) {
+            if (keys_[rowKeys[j]].kind == Kind::Grad) {
+              mergeRowsOnDevice(pendingTotal_, stacked.narrow(0, j, 1), gate);
+            }
+          }
+        }
+        totalPending_ = totalPending_ || grads > 0;
       }
     }
   }

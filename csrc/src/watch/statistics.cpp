@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/amax.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/div.h>
 #include <ATen/ops/eq.h>
 #include <ATen/ops/ge.h>
@@ -384,6 +385,34 @@ void mergeRowsOnDevice(
       extremes,
       extremes,
       at::where(open, rows.narrow(1, kSumColumns, kColumns - kSumColumns), -kInf));
+}
+
+at::Tensor mergedRow(const at::Tensor& rows) {
+  using namespace column;
+  return at::cat(
+      {rows.narrow(1, 0, kSumColumns).sum(0, /*keepdim=*/true),
+       rows.narrow(1, kSumColumns, kColumns - kSumColumns)
+           .amax(0, /*keepdim=*/true)},
+      1);
+}
+
+void asOneObservation(double* row) noexcept {
+  using namespace column;
+  if (row[kObservations] > 0.0) {
+    const double norm = std::sqrt(row[kSumSquares]);
+    row[kNormSum] = norm;
+    row[kNormMax] = norm;
+    row[kObservations] = 1.0;
+  }
+}
+
+void asOneObservation(const at::Tensor& row) {
+  using namespace column;
+  const at::Tensor observed = at::gt(row.select(1, kObservations), 0.0);
+  const at::Tensor norm = at::sqrt(row.select(1, kSumSquares));
+  row.select(1, kNormSum).copy_(at::where(observed, norm, 0.0));
+  row.select(1, kNormMax).copy_(at::where(observed, norm, -kInf));
+  row.select(1, kObservations).copy_(observed);
 }
 
 void appendStatistics(

@@ -57,6 +57,9 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
       modules.size(), std::pair<int64_t, int64_t>(-1, -1));
   for (size_t k = 0; k < plan.keys.size(); ++k) {
     const auto key = int64_t(k);
+    if (plan.targets[k] < 0) {
+      continue; // total.grad: the recorder observes it from the gradients
+    }
     const auto target = size_t(plan.targets[k]);
     switch (plan.keys[k].kind) {
       case Kind::Grad:

@@ -43,6 +43,10 @@ namespace torch_monitor::watch {
 // in that window (each key's first step with one).
 inline constexpr const char* kEventName = "torch_monitor.Watch";
 inline constexpr const char* kNonFiniteEventName = "torch_monitor.NonFinite";
+// The path of the whole model's keys: "total.grad" observes, once per step,
+// every gradient observed in that step together (its norm is the model's
+// total gradient norm). No parameter or module may have this path.
+inline constexpr const char* kTotalPath = "total";
 
 // Registers kEventName as an event of statistics (statistics_events.h), so
 // that the sinks of statistics take a watch's windows. Done when the
@@ -219,6 +223,10 @@ class TORCH_MONITOR_API Recorder
       std::optional<int64_t> eventStep,
       bool onlyIfObserved = false);
   void publish(Closed closed);
+  // Adds the step's gradients, merged in pendingTotal_, to the "total.grad"
+  // row as one observation (the step's total norm); at each step change and
+  // close.
+  void foldTotalLocked();
   void observeChecked(
       const at::Tensor& slots,
       const at::Tensor& gate,
@@ -253,6 +261,12 @@ class TORCH_MONITOR_API Recorder
   bool observedSinceClose_ = false;
   bool deviceUsed_ = false;
   bool removed_ = false;
+  // The "total.grad" key (-1: none) and the merged row of the gradients
+  // observed in the current step ([1, kColumns] beside the slots), which
+  // becomes one observation of it when the step ends.
+  int64_t totalKey_ = -1;
+  at::Tensor pendingTotal_;
+  bool totalPending_ = false;
 };
 
 } // namespace torch_monitor::watch

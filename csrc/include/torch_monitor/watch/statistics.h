@@ -79,6 +79,19 @@ TORCH_MONITOR_API void mergeRowsOnDevice(
     at::Tensor rows,
     const at::Tensor& gate);
 
+// One row ([1, kColumns], on rows' device) that is the merge of `rows`
+// ([k, kColumns]): sums added, maxima taken; the row of all their
+// observations together.
+TORCH_MONITOR_API at::Tensor mergedRow(const at::Tensor& rows);
+
+// Makes a merged row of the gradients of one step ("total.grad") one
+// observation whose norm is the L2 norm over all those gradients: the
+// norm columns become sqrt(sum of squares), the observations 1 (when it saw
+// nothing, it stays the identity). A host row, or a [1, kColumns] tensor on
+// any device (ATen ops there, nothing read on the host).
+TORCH_MONITOR_API void asOneObservation(double* row) noexcept;
+TORCH_MONITOR_API void asOneObservation(const at::Tensor& row);
+
 // The statistics of a key's row, as the event data of a closed window:
 // "<key>.rms", ".mean", ".min", ".max", ".abs_max", ".norm", ".norm_max",
 // ".nonfinite" (an int), ".zero_frac" and, with `withRatio`, ".ratio". Nothing when the
