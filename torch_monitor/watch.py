@@ -437,7 +437,7 @@ def watch(
     by_kind: dict = {}
     for key, (kind, target) in enumerate(zip(key_kinds, targets)):
         if target < 0:
-            continue  # total.grad: the recorder observes it from the gradients
+            continue  # total.grad, total.update: the recorder observes them
         objects = modules if kind.startswith("output") else parameters
         by_kind.setdefault(kind, []).append((key, objects[target][0], objects[target][1]))
 

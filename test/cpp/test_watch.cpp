@@ -171,10 +171,14 @@ void trainAndCheck(int64_t steps, int64_t window, double tol) {
     }
     windows.back()["total.grad"].add(torch::cat(grads), step);
     watch.step(optimizer);
+    std::vector<torch::Tensor> afters, befores; // total.update: all, as one
     for (const auto& p : net->named_parameters()) {
       windows.back()[p.key() + ".weight"].add(p.value().detach().clone(), step);
       windows.back()[p.key() + ".update"].addUpdate(p.value().detach(), before[p.key()], step);
+      afters.push_back(p.value().detach().flatten());
+      befores.push_back(before[p.key()].flatten());
     }
+    windows.back()["total.update"].addUpdate(torch::cat(afters), torch::cat(befores), step);
   }
   watch.remove(); // logs the last window
   for (auto& hook : hooks) {
@@ -458,7 +462,8 @@ TEST(Watch, FrozenParametersAreNotWatchedAsInPython) {
       w.keys(),
       (std::vector<std::string>{
           "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad", "total.grad",
-          "fc1.bias.update", "fc2.weight.update", "fc2.bias.update"}));
+          "fc1.bias.update", "fc2.weight.update", "fc2.bias.update",
+          "total.update"}));
   o.include = "fc1.weight";
   try {
     Watch frozen(net, o);

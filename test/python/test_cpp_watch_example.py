@@ -38,9 +38,10 @@ def test_the_watch_logs_every_window_with_every_key(watch_mlp):
     assert s["loss_last"] < s["loss_first"]
     # 100 steps, windows of 20: closed at steps 20, 40, 60, 80, the last by remove().
     assert s["windows"] == 5 and s["last_step"] == 99
-    # grad and update of 4 parameters, output of 2 modules.
-    assert s["keys"] == 4 + 4 + 2
-    assert s["statistics"] == 4 * 8 + 4 * 9 + 2 * 8
+    # grad and update of 4 parameters and of the whole model (total.grad,
+    # total.update), output of 2 modules; 9 statistics a key, updates a ratio too.
+    assert s["keys"] == (4 + 1) + (4 + 1) + 2
+    assert s["statistics"] == (4 + 1) * 9 + (4 + 1) * 10 + 2 * 9
     # The watch's number equals the one computed by hand in the program.
     assert s["grad_norm"] == pytest.approx(s["grad_norm_by_hand"], rel=1e-6)
     assert 0 < s["ratio"] < 1

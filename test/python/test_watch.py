@@ -39,6 +39,7 @@ class Oracle:
 
     def __init__(self):
         self.seen = defaultdict(list)  # key -> [(step, float64 copy, ratio or None)]
+        self.before_squares = defaultdict(float)  # step -> sum of ||W before||^2
 
     def add(self, key, step, tensor):
         self.seen[key].append((step, tensor.detach().double().flatten().clone(), None))
@@ -49,21 +50,32 @@ class Oracle:
         b = before.double().norm().item()
         ratio = finite.norm().item() / b if math.isfinite(b) and b > 0 else None
         self.seen[key].append((step, delta.clone(), ratio))
+        self.before_squares[step] += b * b  # for total.update's ratio
 
     def with_total(self):
-        """The observations, with "total.grad": per step, every gradient
-        observed in it, as one observation (its norm: the total norm)."""
+        """The observations, with "total.grad" and "total.update": per step,
+        every gradient (update) observed in it, as one observation (its
+        norm: the total norm; an update's ratio: over the whole model)."""
         seen = dict(self.seen)
-        if "total.grad" in seen:  # given (each rank's, in watch_rank_worker.py)
-            return seen
-        by_step = defaultdict(list)
-        for key, items in self.seen.items():
-            if key.endswith(".grad"):
-                for step, t, _ in items:
-                    by_step[step].append(t)
-        if by_step:
-            seen["total.grad"] = [(step, torch.cat(ts), None) for step, ts in sorted(by_step.items())]
+        for kind in ("grad", "update"):
+            total = f"total.{kind}"
+            if total in seen:  # given (each rank's, in watch_rank_worker.py)
+                continue
+            by_step = defaultdict(list)
+            for key, items in self.seen.items():
+                if key.endswith(f".{kind}"):
+                    for step, t, _ in items:
+                        by_step[step].append(t)
+            if by_step:
+                seen[total] = [(step, torch.cat(ts), self.total_ratio(kind, step, ts))
+                               for step, ts in sorted(by_step.items())]
         return seen
+
+    def total_ratio(self, kind, step, deltas):
+        b = math.sqrt(self.before_squares[step])
+        if kind != "update" or not (math.isfinite(b) and b > 0):
+            return None
+        return math.sqrt(sum(d[torch.isfinite(d)].square().sum().item() for d in deltas)) / b
 
     def window(self, lo, hi, every=1):
         """{data key: value} of the observations at steps in [lo, hi)."""
@@ -388,6 +400,7 @@ def test_sparse_gradients_and_complex_tensors_are_observed_and_training_goes_on(
             delta = p.detach() - before[n]
             ratio = delta.norm().item() / before[n].norm().item()
             oracle.seen[f"{n}.update"].append((step, magnitudes(delta).double().flatten(), ratio))
+            oracle.before_squares[step] += before[n].norm().item() ** 2
     for h in hooks:
         h.remove()
     w.remove()
@@ -409,7 +422,7 @@ def test_tied_parameters_are_watched_once_under_their_first_name(events):
     model = Tied()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     w = tm.watch(model, optimizer, what=("grad", "update"), window_steps=10)
-    assert w.keys == ["encoder.weight.grad", "total.grad", "encoder.weight.update"]
+    assert w.keys == ["encoder.weight.grad", "total.grad", "encoder.weight.update", "total.update"]
     oracle = Oracle()
     tm.set_step(0)
     model(torch.randn(5, 4)).square().sum().backward()
@@ -510,7 +523,7 @@ def test_frozen_parameters_and_parameters_the_optimizer_skips_are_not_watched():
     optimizer = torch.optim.SGD([model.fc2.weight], lr=0.1)
     w = tm.watch(model, optimizer, what=("update", "grad", "output"), window_steps=10)
     assert w.keys == [
-        "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad", "total.grad", "fc2.weight.update",
+        "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad", "total.grad", "fc2.weight.update", "total.update",
         "fc1.output", "act.output", "fc2.output",
     ]
     w.remove()
@@ -555,8 +568,8 @@ def test_the_choice_of_keys_is_the_same_call_in_eager_and_torchscript():
 
     args = dict(what=["update", "grad", "output"], parameters=["a.w", "a.b", "c.w"],
                 trainable=[True, False, True], stepped=[True, True, False], modules=["a", "c"])
-    expected = (["a.w", "c.w", "total", "a.w", "a", "c"], ["grad", "grad", "grad", "update", "output", "output"],
-                [0, 2, -1, 0, 0, 1])
+    expected = (["a.w", "c.w", "total", "a.w", "total", "a", "c"],
+                ["grad", "grad", "grad", "update", "update", "output", "output"], [0, 2, -1, 0, -1, 0, 1])
     assert tuple(plan(**args)) == tuple(torch.jit.script(plan)(**args)) == expected
 
 
@@ -921,7 +934,7 @@ def test_memory_per_watched_tensor_is_fixed():
     size = (slots.numel(), [b.numel() for b in w._before])
     train(model, optimizer, Oracle(), steps=30, kinds=())
     assert w._slots is slots and (slots.numel(), [b.numel() for b in w._before]) == size
-    assert slots.shape == (len(w.keys), 14)
+    assert slots.shape == (len(w.keys), 15)
     w.remove()
 
 

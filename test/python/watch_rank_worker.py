@@ -89,10 +89,16 @@ def main():
         seen(step, "total.grad", torch.cat([p.grad.flatten() for n, p in model.named_parameters()
                                             if not (exclude and re.search(exclude, n))]))
         optimizer.step()
+        deltas, befores = [], []
         for n, p in model.named_parameters():
             delta = p.detach() - before[n]
             b = before[n].double().norm().item()
             seen(step, f"{n}.update", delta, delta.double().norm().item() / b)
+            if not (exclude and re.search(exclude, n)):
+                deltas.append(delta.flatten())
+                befores.append(before[n].flatten())
+        delta, b = torch.cat(deltas), torch.cat(befores).double().norm().item()
+        seen(step, "total.update", delta, delta.double().norm().item() / b)
     started = time.monotonic()
     tm.set_step(STEPS)  # closes the last window
     tm.flush_rank_sync()

@@ -137,8 +137,8 @@ Plan planKeys(
         paths == &candidates.parameters ? "parameter" : "submodule",
         " at the path '",
         kTotalPath,
-        "', the path of the watch's whole-model keys (total.grad); rename "
-        "it");
+        "', the path of the watch's whole-model keys (total.grad, "
+        "total.update); rename it");
   }
 
   Plan plan;
@@ -165,9 +165,10 @@ Plan planKeys(
         plan.targets.push_back(int64_t(i));
       }
     }
-    if (kind == Kind::Grad && plan.keys.size() > first) {
-      // The whole model's gradient, after the parameters' (no target).
-      plan.keys.push_back(Key{kTotalPath, Kind::Grad});
+    if ((kind == Kind::Grad || kind == Kind::Update) &&
+        plan.keys.size() > first) {
+      // The whole model's, after the parameters' keys (no target).
+      plan.keys.push_back(Key{kTotalPath, kind});
       plan.targets.push_back(-1);
     }
     TORCH_CHECK_VALUE(

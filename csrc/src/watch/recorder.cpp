@@ -168,10 +168,11 @@ Recorder::Recorder(
   resetSlots(slots_);
   gate_ = at::scalar_tensor(0.0, f64);
   for (size_t k = 0; k < keys_.size(); ++k) {
-    if (keys_[k].path == kTotalPath && keys_[k].kind == Kind::Grad) {
-      totalKey_ = int64_t(k);
-      pendingTotal_ = at::empty({1, kColumns}, f64);
-      resetSlots(pendingTotal_);
+    Total* total = totalOf(keys_[k].kind);
+    if (total != nullptr && keys_[k].path == kTotalPath) {
+      total->key = int64_t(k);
+      total->pending = at::empty({1, kColumns}, f64);
+      resetSlots(total->pending);
     }
   }
   histogramStep_.assign(keys_.size(), -1);
@@ -340,23 +341,37 @@ void Recorder::setGateLocked(int64_t step) {
   }
 }
 
-void Recorder::foldTotalLocked() {
-  if (!totalPending_) {
-    return;
+Recorder::Total* Recorder::totalOf(Kind kind) {
+  switch (kind) {
+    case Kind::Grad:
+      return &totals_[0];
+    case Kind::Update:
+      return &totals_[1];
+    default:
+      return nullptr;
   }
-  totalPending_ = false;
-  if (slots_.is_cpu()) {
-    double* pending = pendingTotal_.data_ptr<double>();
-    asOneObservation(pending);
-    mergeRow(slots_.data_ptr<double>() + totalKey_ * kColumns, pending);
-    fillIdentity(pending);
-    return;
+}
+
+void Recorder::foldTotalsLocked() {
+  for (Total& total : totals_) {
+    if (!total.used) {
+      continue;
+    }
+    total.used = false;
+    if (slots_.is_cpu()) {
+      double* pending = total.pending.data_ptr<double>();
+      asOneObservation(pending);
+      mergeRow(slots_.data_ptr<double>() + total.key * kColumns, pending);
+      fillIdentity(pending);
+      continue;
+    }
+    // On the device: the gate still says whether the ending step was
+    // observed, and is the step of a non-finite value in it.
+    asOneObservation(total.pending);
+    mergeRowsOnDevice(
+        slots_.narrow(0, total.key, 1), total.pending.clone(), gate_);
+    resetSlots(total.pending);
   }
-  // On the device: the gate still says whether the ending step was
-  // observed, and is the step of a non-finite gradient in it.
-  asOneObservation(pendingTotal_);
-  mergeRowsOnDevice(slots_.narrow(0, totalKey_, 1), pendingTotal_.clone(), gate_);
-  resetSlots(pendingTotal_);
 }
 
 void Recorder::onStep(int64_t step) {
@@ -366,7 +381,7 @@ void Recorder::onStep(int64_t step) {
     if (removed_) {
       return;
     }
-    foldTotalLocked();
+    foldTotalsLocked();
     if (options_.windowSteps > 0) {
       const int64_t index = step / options_.windowSteps;
       if (index != windowIndex_) {
@@ -405,7 +420,7 @@ void Recorder::optimizerStepped() {
 std::optional<Recorder::Closed> Recorder::closeLocked(
     std::optional<int64_t> eventStep,
     bool onlyIfObserved) {
-  foldTotalLocked(); // the step in progress: its gradients so far
+  foldTotalsLocked(); // the step in progress: what it observed so far
   Closed c;
   c.step = eventStep;
   const bool read = observedSinceClose_ || (deviceUsed_ && !onlyIfObserved);
@@ -789,14 +804,15 @@ void Recorder::observeChecked(
         }
         if (gateValue >= 0.0) {
           double* row = slots.data_ptr<double>() + key * kColumns;
-          if (totalKey_ >= 0 && keys_[key].kind == Kind::Grad) {
+          Total* total = totalOf(keys_[key].kind);
+          if (total != nullptr && total->key >= 0 && key != total->key) {
             // The observation's own row, for its key and the step's total.
             double own[kColumns];
             fillIdentity(own);
             observeOnHost(own, x, b, gateValue);
             mergeRow(row, own);
-            mergeRow(pendingTotal_.data_ptr<double>(), own);
-            totalPending_ = true;
+            mergeRow(total->pending.data_ptr<double>(), own);
+            total->used = true;
           } else {
             observeOnHost(row, x, b, gateValue);
           }
@@ -824,24 +840,26 @@ void Recorder::observeChecked(
               slots.narrow(0, rowKeys[j], 1), stacked.narrow(0, j, 1), gate);
         }
       }
-      if (totalKey_ >= 0) {
-        // The step's gradients, into the pending total: one merged row
-        // when the call holds only gradients (the optimizer's), else row by
-        // row (no index tensor: it would be copied from the host).
-        int64_t grads = 0;
-        for (const int64_t key : rowKeys) {
-          grads += keys_[key].kind == Kind::Grad ? 1 : 0;
-        }
-        if (grads == n) {
-          mergeRowsOnDevice(pendingTotal_, mergedRow(stacked), gate);
-        } else {
-          for (int64_t j = 0; j < n; ++j) {
-            if (keys_[rowKeys[j]].kind == Kind::Grad) {
-              mergeRowsOnDevice(pendingTotal_, stacked.narrow(0, j, 1), gate);
-            }
+      // The step's gradients and updates, into their pending totals: one
+      // merged row when the call holds one kind (the optimizer's calls do),
+      // else row by row (no index tensor: it would be copied from the host).
+      Total* first = totalOf(keys_[rowKeys[0]].kind);
+      bool oneTotal = first != nullptr && first->key >= 0;
+      for (int64_t j = 0; j < n && oneTotal; ++j) {
+        oneTotal = totalOf(keys_[rowKeys[j]].kind) == first &&
+            rowKeys[j] != first->key;
+      }
+      if (oneTotal) {
+        mergeRowsOnDevice(first->pending, mergedRow(stacked), gate);
+        first->used = true;
+      } else {
+        for (int64_t j = 0; j < n; ++j) {
+          Total* total = totalOf(keys_[rowKeys[j]].kind);
+          if (total != nullptr && total->key >= 0 && rowKeys[j] != total->key) {
+            mergeRowsOnDevice(total->pending, stacked.narrow(0, j, 1), gate);
+            total->used = true;
           }
         }
-        totalPending_ = totalPending_ || grads > 0;
       }
     }
   }

@@ -311,6 +311,7 @@ void observeOnHost(
       row[kRatioSum] += norm / beforeNorm;
       row[kRatioCount] += 1.0;
     }
+    row[kBeforeSquares] += p.beforeSquares;
   }
   row[kNegMin] = std::max(row[kNegMin], -p.min);
   row[kMax] = std::max(row[kMax], p.max);
@@ -338,9 +339,11 @@ at::Tensor rowOnDevice(const at::Tensor& values, const at::Tensor* before) {
   const at::Tensor norm = at::sqrt(sumSquares);
   at::Tensor ratioSum = scalarLike(0.0, options);
   at::Tensor ratioCount = ratioSum;
+  at::Tensor beforeSquares = ratioSum;
   if (before != nullptr) {
-    const at::Tensor beforeNorm =
-        at::sqrt(at::sum(at::square(real(*before).reshape({-1}).to(at::kDouble))));
+    beforeSquares =
+        at::sum(at::square(real(*before).reshape({-1}).to(at::kDouble)));
+    const at::Tensor beforeNorm = at::sqrt(beforeSquares);
     const at::Tensor counted = at::logical_and(
         at::isfinite(beforeNorm), at::gt(beforeNorm, 0.0));
     ratioSum = at::where(counted, at::div(norm, beforeNorm), 0.0);
@@ -356,6 +359,7 @@ at::Tensor rowOnDevice(const at::Tensor& values, const at::Tensor* before) {
       scalarLike(1.0, options),
       ratioSum,
       ratioCount,
+      beforeSquares,
       at::amax(at::where(finite, at::neg(x), -kInf)),
       at::amax(at::where(finite, x, -kInf)),
       at::amax(at::abs(kept)),
@@ -400,9 +404,15 @@ void asOneObservation(double* row) noexcept {
   using namespace column;
   if (row[kObservations] > 0.0) {
     const double norm = std::sqrt(row[kSumSquares]);
+    const double beforeNorm = std::sqrt(row[kBeforeSquares]);
     row[kNormSum] = norm;
     row[kNormMax] = norm;
     row[kObservations] = 1.0;
+    // As for one update: a model whose weights were 0 or not finite has no
+    // relative update at that step (gradients have no weights before).
+    const bool ratio = std::isfinite(beforeNorm) && beforeNorm > 0.0;
+    row[kRatioSum] = ratio ? norm / beforeNorm : 0.0;
+    row[kRatioCount] = ratio ? 1.0 : 0.0;
   }
 }
 
@@ -410,9 +420,15 @@ void asOneObservation(const at::Tensor& row) {
   using namespace column;
   const at::Tensor observed = at::gt(row.select(1, kObservations), 0.0);
   const at::Tensor norm = at::sqrt(row.select(1, kSumSquares));
+  const at::Tensor beforeNorm = at::sqrt(row.select(1, kBeforeSquares));
+  const at::Tensor ratio = at::logical_and(
+      observed,
+      at::logical_and(at::isfinite(beforeNorm), at::gt(beforeNorm, 0.0)));
   row.select(1, kNormSum).copy_(at::where(observed, norm, 0.0));
   row.select(1, kNormMax).copy_(at::where(observed, norm, -kInf));
   row.select(1, kObservations).copy_(observed);
+  row.select(1, kRatioSum).copy_(at::where(ratio, at::div(norm, beforeNorm), 0.0));
+  row.select(1, kRatioCount).copy_(ratio);
 }
 
 void appendStatistics(

@@ -58,7 +58,7 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
   for (size_t k = 0; k < plan.keys.size(); ++k) {
     const auto key = int64_t(k);
     if (plan.targets[k] < 0) {
-      continue; // total.grad: the recorder observes it from the gradients
+      continue; // total.grad, total.update: the recorder observes them
     }
     const auto target = size_t(plan.targets[k]);
     switch (plan.keys[k].kind) {

@@ -36,7 +36,8 @@ struct Candidates {
 // The keys in slot order: the kinds in Kind's order, each kind's targets in
 // the model's order; `targets[i]` is the index of key i's parameter (grad,
 // weight, update) or module (output, output_grad) in the Candidates, or -1
-// for "total.grad" (after the gradients' keys: every gradient of a step).
+// for "total.grad" and "total.update" (after their kind's keys: every
+// gradient, or update, of a step).
 struct Plan {
   std::vector<Key> keys;
   std::vector<int64_t> targets;

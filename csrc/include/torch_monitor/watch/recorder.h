@@ -11,10 +11,11 @@
 // also calls. What a window logs is watch/window_events.h's; how it travels
 // and merges across ranks, watch/payload.h's.
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <atomic>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -43,9 +44,11 @@ namespace torch_monitor::watch {
 // in that window (each key's first step with one).
 inline constexpr const char* kEventName = "torch_monitor.Watch";
 inline constexpr const char* kNonFiniteEventName = "torch_monitor.NonFinite";
-// The path of the whole model's keys: "total.grad" observes, once per step,
-// every gradient observed in that step together (its norm is the model's
-// total gradient norm). No parameter or module may have this path.
+// The path of the whole model's keys: "total.grad" ("total.update")
+// observes, once per step, every gradient (update) observed in that step
+// together: its norm is the model's total gradient norm (update norm), its
+// ratio ||dW|| / ||W before|| over the model. No parameter or module may
+// have this path.
 inline constexpr const char* kTotalPath = "total";
 
 // Registers kEventName as an event of statistics (statistics_events.h), so
@@ -223,10 +226,9 @@ class TORCH_MONITOR_API Recorder
       std::optional<int64_t> eventStep,
       bool onlyIfObserved = false);
   void publish(Closed closed);
-  // Adds the step's gradients, merged in pendingTotal_, to the "total.grad"
-  // row as one observation (the step's total norm); at each step change and
-  // close.
-  void foldTotalLocked();
+  // Adds each total's pending row to its slot as one observation (the
+  // step's total norm); at each step change and close.
+  void foldTotalsLocked();
   void observeChecked(
       const at::Tensor& slots,
       const at::Tensor& gate,
@@ -261,12 +263,17 @@ class TORCH_MONITOR_API Recorder
   bool observedSinceClose_ = false;
   bool deviceUsed_ = false;
   bool removed_ = false;
-  // The "total.grad" key (-1: none) and the merged row of the gradients
-  // observed in the current step ([1, kColumns] beside the slots), which
-  // becomes one observation of it when the step ends.
-  int64_t totalKey_ = -1;
-  at::Tensor pendingTotal_;
-  bool totalPending_ = false;
+  // The whole model's keys, "total.grad" and "total.update": each one's
+  // slot (-1: not watched) and the merged row of what the current step
+  // observed of its kind ([1, kColumns] beside the slots), which becomes
+  // one observation of it when the step ends.
+  struct Total {
+    int64_t key = -1;
+    at::Tensor pending;
+    bool used = false; // pending holds something of this step
+  };
+  std::array<Total, 2> totals_; // grad, update
+  Total* totalOf(Kind kind);
 };
 
 } // namespace torch_monitor::watch

@@ -32,13 +32,14 @@ inline constexpr int64_t kNormSum = 5; // sum over observations of their L2 norm
 inline constexpr int64_t kObservations = 6;
 inline constexpr int64_t kRatioSum = 7; // update: sum of ||dW|| / ||W before||
 inline constexpr int64_t kRatioCount = 8; // update: steps in kRatioSum
-inline constexpr int64_t kSumColumns = 9;
-inline constexpr int64_t kNegMin = 9; // -(smallest finite element)
-inline constexpr int64_t kMax = 10; // largest finite element
-inline constexpr int64_t kAbsMax = 11; // largest |finite element|
-inline constexpr int64_t kNormMax = 12; // largest L2 norm of an observation
-inline constexpr int64_t kNegFirstNonFinite = 13; // -(first step with one)
-inline constexpr int64_t kColumns = 14;
+inline constexpr int64_t kBeforeSquares = 9; // update: sum of ||W before||^2
+inline constexpr int64_t kSumColumns = 10;
+inline constexpr int64_t kNegMin = 10; // -(smallest finite element)
+inline constexpr int64_t kMax = 11; // largest finite element
+inline constexpr int64_t kAbsMax = 12; // largest |finite element|
+inline constexpr int64_t kNormMax = 13; // largest L2 norm of an observation
+inline constexpr int64_t kNegFirstNonFinite = 14; // -(first step with one)
+inline constexpr int64_t kColumns = 15;
 } // namespace column
 
 // The row of a key that saw nothing: zeros, then -inf.
@@ -84,11 +85,13 @@ TORCH_MONITOR_API void mergeRowsOnDevice(
 // observations together.
 TORCH_MONITOR_API at::Tensor mergedRow(const at::Tensor& rows);
 
-// Makes a merged row of the gradients of one step ("total.grad") one
-// observation whose norm is the L2 norm over all those gradients: the
-// norm columns become sqrt(sum of squares), the observations 1 (when it saw
-// nothing, it stays the identity). A host row, or a [1, kColumns] tensor on
-// any device (ATen ops there, nothing read on the host).
+// Makes the merged row of one step's gradients ("total.grad") or updates
+// ("total.update") one observation whose norm is the L2 norm over all of
+// them: the norm columns become sqrt(sum of squares), the observations 1,
+// and for updates the ratio ||dW|| / ||W before|| over the whole model
+// (when it saw nothing, it stays the identity). A host row, or a
+// [1, kColumns] tensor on any device (ATen ops there, nothing read on the
+// host).
 TORCH_MONITOR_API void asOneObservation(double* row) noexcept;
 TORCH_MONITOR_API void asOneObservation(const at::Tensor& row);
 
