@@ -545,3 +545,14 @@ def after_dynamo_import(set_up: "Callable[[object], None]") -> None:
     """``after_import`` for Dynamo (``torch._dynamo``), which torch.compile
     and torch.export import on first use."""
     after_import("torch._dynamo", _pt2_support(set_up))
+
+
+def uncompiled_module(model: "torch.nn.Module") -> "torch.nn.Module":
+    """The module a ``torch.compile(module)`` wrapper (Dynamo's
+    ``OptimizedModule``) compiles, ``wrapper._orig_mod``; any other module
+    as it is. Dynamo is loaded whenever such a wrapper exists, so this
+    imports nothing. watch() watches the model under its own paths."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is not None and isinstance(model, eval_frame.OptimizedModule):
+        return model._orig_mod
+    return model

@@ -14,7 +14,6 @@ tensor hooks and the optimizer's step hooks.
 import datetime
 import numbers
 import re
-import sys
 import warnings as _warnings
 import weakref
 from typing import Iterable, List, Optional, Pattern, Sequence, Union
@@ -205,7 +204,7 @@ class Watch:
         self._steps_checked += 1
         if self._steps_checked % 100 == 1:
             replaced = [path for path, module, name, p in self._parameter_places
-                        if module._parameters.get(name) is not p]
+                        if getattr(module, name, None) is not p]
             if replaced:
                 self._parameter_places = [place for place in self._parameter_places
                                           if place[0] not in replaced]  # once each
@@ -358,10 +357,7 @@ def watch(
     # watch(torch.compile(model)) watches the model: its own paths (not
     # "_orig_mod.<path>") and its submodules' outputs, not the wrapper's one
     # output; the compiled wrapper runs (and traces) the model's hooks.
-    # torch._dynamo is loaded whenever such a wrapper exists: no import here.
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    if eval_frame is not None and isinstance(model, eval_frame.OptimizedModule):
-        model = model._orig_mod
+    model = _internals.uncompiled_module(model)
     if model in _WATCHED:
         raise ValueError(
             f"watch: this model is already watched ({_WATCHED[model]!r}); remove() that watch "

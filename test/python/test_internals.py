@@ -181,3 +181,13 @@ def test_cpp_internals_appear_only_in_internals_cpp():
             if _PRIVATE_CPP.search(code):
                 stragglers.append(f"{path.name}:{number}: {line.strip()}")
     assert not stragglers, "internals outside csrc/python/internals.*:\n" + "\n".join(stragglers)
+
+
+def test_uncompiled_module_unwraps_dynamos_wrapper():
+    model = torch.nn.Linear(2, 2)
+    compiled = torch.compile(model, backend="eager")
+    assert _internals.uncompiled_module(compiled) is model, (
+        "_internals.uncompiled_module: torch.compile's wrapper is no longer "
+        "torch._dynamo.eval_frame.OptimizedModule with _orig_mod"
+    )
+    assert _internals.uncompiled_module(model) is model
