@@ -319,7 +319,9 @@ def watch(
     training step it closed at, with ``"<path>.<kind>.<statistic>"`` numbers
     (``rms``, ``mean``, ``min``, ``max``, ``abs_max``, ``norm``,
     ``norm_max``, ``nonfinite``, ``zero_frac``; ``ratio`` for updates), e.g.
-    ``"fc1.weight.grad.rms"``; a window that saw NaN or inf also logs
+    ``"fc1.weight.grad.rms"``, and the whole model's ``"total.grad.*"`` and
+    ``"total.update.*"`` (a step's gradients or updates as one: the total
+    norm, ``norm_max``, ``ratio``); a window that saw NaN or inf also logs
     ``"torch_monitor.NonFinite"`` mapping each such ``"<path>.<kind>"`` to
     the first step it did. Every sink takes them (TensorBoard, JSON Lines,
     Prometheus).
