@@ -798,6 +798,23 @@ def test_a_parameter_or_module_at_the_path_total_is_refused():
             tm.watch(Named(holder), what="grad", window_steps=2)
 
 
+def test_a_model_compiled_before_watch_observes_outputs_after_a_reset(events):
+    # The rule docs/watch.md states: a graph compiled before watch() does
+    # not run its hooks; torch.compiler.reset() after watch() compiles again.
+    model = MLP()
+    compiled = torch.compile(model, backend="eager")
+    compiled(torch.randn(2, 4))  # compiled before the watch
+    with tm.watch(compiled, what="output", window_steps=100) as w:
+        tm.set_step(0)
+        compiled(torch.randn(2, 4))
+        w.close()
+        assert events.windows == []  # the old graph ran without the hooks
+        torch.compiler.reset()
+        tm.set_step(1)
+        compiled(torch.randn(2, 4))
+    assert [e.step for e in events.windows] == [1] and "fc1.output.norm" in events.windows[0].data
+
+
 def test_include_and_exclude_are_read_as_cpp_reads_them():
     """One selection for both worlds (watch/plan.h): ECMAScript patterns."""
     model = MLP()
