@@ -187,16 +187,13 @@ class Watch:
         model = self._model()
         if model is None:
             return
-        size = sum(len(group["params"]) for group in optimizer.param_groups)
-        if size != self._optimizer_size:
-            self._optimizer_size = size
+        # An optimizer holds each parameter once: a new size is a change.
+        if sum(len(group["params"]) for group in optimizer.param_groups) != len(self._optimized_ids):
+            now = {id(p): p for group in optimizer.param_groups for p in group["params"]}
             paths = {id(p): path for path, p in model.named_parameters()}
-            added = [paths.get(id(p), "a tensor that is not the model's")
-                     for group in optimizer.param_groups for p in group["params"]
-                     if id(p) not in self._optimized_ids]
+            added = [paths.get(i, "a tensor that is not the model's") for i in now if i not in self._optimized_ids]
+            self._optimized_ids = set(now)  # each warned of once
             if added:
-                self._optimized_ids = self._optimized_ids | {id(p) for group in optimizer.param_groups
-                                                             for p in group["params"]}  # once each
                 _warnings.warn(
                     f"torch_monitor.watch: {', '.join(map(repr, added))} joined the optimizer after "
                     "watch() and are not watched; remove() the watch and call watch() again to "
@@ -474,13 +471,13 @@ def watch(
             handles.append(p.register_hook(_GradHook(w, key)))
     if optimizer is not None:
         w._optimized_ids = in_optimizer
-        w._optimizer_size = sum(len(group["params"]) for group in optimizer.param_groups)
         watched = {id(p) for _, _, p in (*by_kind.get("grad", ()), *by_kind.get("weight", ()),
                                          *by_kind.get("update", ()))}
-        # (A scripted module's parameters cannot be replaced from Python.)
-        owners = {} if isinstance(model, torch.jit.ScriptModule) else dict(model.named_modules())
-        w._parameter_places = [(path, owners[path.rpartition(".")[0]], path.rpartition(".")[2], p)
-                               for path, p in parameters if id(p) in watched and owners]
+        w._parameter_places = []  # a scripted module's cannot be replaced from Python
+        if not isinstance(model, torch.jit.ScriptModule):
+            owners = dict(model.named_modules())
+            w._parameter_places = [(path, owners[path.rpartition(".")[0]], path.rpartition(".")[2], p)
+                                   for path, p in parameters if id(p) in watched]
         w._steps_checked = 0
         handles.append(optimizer.register_step_pre_hook(w._before_step))
         handles.append(optimizer.register_step_post_hook(w._after_step))

@@ -352,6 +352,12 @@ Recorder::Total* Recorder::totalOf(Kind kind) {
   }
 }
 
+Recorder::Total* Recorder::totalFedBy(int64_t key) {
+  Total* total = totalOf(keys_[key].kind);
+  return total != nullptr && total->key >= 0 && total->key != key ? total
+                                                                  : nullptr;
+}
+
 void Recorder::foldTotalsLocked() {
   for (Total& total : totals_) {
     if (!total.used) {
@@ -368,9 +374,8 @@ void Recorder::foldTotalsLocked() {
     // On the device: the gate still says whether the ending step was
     // observed, and is the step of a non-finite value in it.
     asOneObservation(total.pending);
-    mergeRowsOnDevice(
-        slots_.narrow(0, total.key, 1), total.pending.clone(), gate_);
-    resetSlots(total.pending);
+    mergeRowsOnDevice(slots_.narrow(0, total.key, 1), total.pending, gate_);
+    resetSlots(total.pending); // after the merge, queued behind it
   }
 }
 
@@ -804,8 +809,7 @@ void Recorder::observeChecked(
         }
         if (gateValue >= 0.0) {
           double* row = slots.data_ptr<double>() + key * kColumns;
-          Total* total = totalOf(keys_[key].kind);
-          if (total != nullptr && total->key >= 0 && key != total->key) {
+          if (Total* total = totalFedBy(key)) {
             // The observation's own row, for its key and the step's total.
             double own[kColumns];
             fillIdentity(own);
@@ -843,19 +847,17 @@ void Recorder::observeChecked(
       // The step's gradients and updates, into their pending totals: one
       // merged row when the call holds one kind (the optimizer's calls do),
       // else row by row (no index tensor: it would be copied from the host).
-      Total* first = totalOf(keys_[rowKeys[0]].kind);
-      bool oneTotal = first != nullptr && first->key >= 0;
-      for (int64_t j = 0; j < n && oneTotal; ++j) {
-        oneTotal = totalOf(keys_[rowKeys[j]].kind) == first &&
-            rowKeys[j] != first->key;
+      Total* first = totalFedBy(rowKeys[0]);
+      bool oneTotal = first != nullptr;
+      for (int64_t j = 1; j < n && oneTotal; ++j) {
+        oneTotal = totalFedBy(rowKeys[j]) == first;
       }
       if (oneTotal) {
         mergeRowsOnDevice(first->pending, mergedRow(stacked), gate);
         first->used = true;
       } else {
         for (int64_t j = 0; j < n; ++j) {
-          Total* total = totalOf(keys_[rowKeys[j]].kind);
-          if (total != nullptr && total->key >= 0 && rowKeys[j] != total->key) {
+          if (Total* total = totalFedBy(rowKeys[j])) {
             mergeRowsOnDevice(total->pending, stacked.narrow(0, j, 1), gate);
             total->used = true;
           }

@@ -274,6 +274,9 @@ class TORCH_MONITOR_API Recorder
   };
   std::array<Total, 2> totals_; // grad, update
   Total* totalOf(Kind kind);
+  // The total an observation of `key` adds to; nullptr when none (its kind
+  // has no total, the total is not watched, or `key` is the total's own).
+  Total* totalFedBy(int64_t key);
 };
 
 } // namespace torch_monitor::watch
