@@ -556,3 +556,17 @@ def uncompiled_module(model: "torch.nn.Module") -> "torch.nn.Module":
     if eval_frame is not None and isinstance(model, eval_frame.OptimizedModule):
         return model._orig_mod
     return model
+
+
+def dynamo_reorders_hook_inputs() -> bool:
+    """Whether torch.compile breaks the graph's order when hooks on
+    intermediate tensors capture one tensor (torch 2.11 and older).
+
+    There Dynamo rewrites ``y.register_hook(hook)`` into an autograd.Function
+    applied right after ``y`` and moves the Function's inputs along; a tensor
+    that two such hooks capture (a watch's slots) lands below the first
+    Function that uses it, and the compiled graph fails to run. Newer torch
+    traces the hook as ``torch._higher_order_ops.register_hook``, which
+    this looks for (without importing it: the package is imported with torch).
+    """
+    return importlib.util.find_spec("torch._higher_order_ops.register_hook") is None

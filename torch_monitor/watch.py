@@ -99,6 +99,12 @@ class _OutputHook(_WatchHook):
         self.watch = watch
         self.out_key = out_key
         self.grad_key = grad_key
+        # Where Dynamo mis-orders hooks that share a tensor (torch 2.11:
+        # _internals.dynamo_reorders_hook_inputs), the gradient hook is
+        # registered outside the graph: one graph break, right statistics.
+        self.register = _register_hook
+        if grad_key >= 0 and _internals.dynamo_reorders_hook_inputs():
+            self.register = torch.compiler.disable(_register_hook)
 
     def __call__(self, module, args, output):
         y = _observed_tensor(output)
@@ -108,8 +114,12 @@ class _OutputHook(_WatchHook):
         if self.out_key >= 0:
             _observe(w._slots, w._gate, [y], [self.out_key], [], w._id)
         if self.grad_key >= 0 and y.requires_grad:
-            y.register_hook(_GradHook(w, self.grad_key))
+            self.register(y, _GradHook(w, self.grad_key))
         return None
+
+
+def _register_hook(tensor: torch.Tensor, hook: "_GradHook") -> None:
+    tensor.register_hook(hook)
 
 
 class _GradHook(_WatchHook):

@@ -659,7 +659,9 @@ void initMonitors(py::module_& m) {
       "_monitor_callables",
       [](py::handle face) {
         const DifferenceMonitor& monitor = monitorOf(face);
-        return py::make_tuple(
+        // std::tuple, not py::make_tuple: pybind11 3.0.1 (torch 2.11) types
+        // the latter as a bare `tuple`, 3.0.4 by its elements; the stub is one.
+        return std::tuple<py::object, py::object, py::object>(
             callableOf<PythonFilter>(monitor.filter()),
             callableOf<PythonMap>(monitor.map()),
             callableOf<PythonOp>(monitor.op()));

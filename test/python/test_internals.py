@@ -183,6 +183,17 @@ def test_cpp_internals_appear_only_in_internals_cpp():
     assert not stragglers, "internals outside csrc/python/internals.*:\n" + "\n".join(stragglers)
 
 
+def test_dynamo_reorders_hook_inputs_is_false_from_torch_2_12():
+    # 2.11 lacks torch._higher_order_ops.register_hook; 2.13 has it. Should a
+    # later torch move it, watch() would break the graph for nothing.
+    if tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 12):
+        assert not _internals.dynamo_reorders_hook_inputs(), (
+            "_internals.dynamo_reorders_hook_inputs: torch."
+            "_higher_order_ops.register_hook is gone; see how Dynamo now "
+            "traces hooks on intermediate tensors"
+        )
+
+
 def test_uncompiled_module_unwraps_dynamos_wrapper():
     model = torch.nn.Linear(2, 2)
     compiled = torch.compile(model, backend="eager")
