@@ -74,6 +74,10 @@ def main():
             lambda m, a, out, name=name: seen(current[0], f"{name}.output", out)
         )
     gen = torch.Generator().manual_seed(100 + rank)  # each rank its own data
+    # Every rank starts stepping together: on a loaded machine (a GPU
+    # machine's suite on 14 workers) one rank's set-up ran past the 1-s
+    # deadline, and rank 0 closed its first window before rank 1 posted.
+    dist.barrier()
     for step in range(STEPS):
         if stall and rank == 2 and step == WINDOW:
             time.sleep(stall)  # before the step that closes its window 0
