@@ -189,8 +189,9 @@ void trainAndCheck(int64_t steps, int64_t window, double tol) {
   for (size_t w = 0; w < windows.size(); ++w) {
     SCOPED_TRACE("window " + std::to_string(w));
     expectWindow(events[w], windows[w], tol);
-    // A window closes at the step that ends it; the last one at remove().
-    const int64_t closedAt = w + 1 < windows.size() ? int64_t(w + 1) * window : steps - 1;
+    // A window closes at the step that ends it; the last one at remove(),
+    // one step after the last (never on the step of the window before).
+    const int64_t closedAt = w + 1 < windows.size() ? int64_t(w + 1) * window : steps;
     EXPECT_EQ(events[w].step, closedAt);
   }
   EXPECT_TRUE(recorder->eventsNamed(watch::kNonFiniteEventName).empty());
@@ -303,7 +304,7 @@ TEST(Watch, AWindowClosesAcrossSkippedStepsAndEmptyWindowsLogNothing) {
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].step, 13);
   EXPECT_DOUBLE_EQ(numberOf(events[0].data.at("x.output.mean")), 1.0);
-  EXPECT_EQ(events[1].step, 13);
+  EXPECT_EQ(events[1].step, 14); // closed by remove(): one after the last step
   EXPECT_DOUBLE_EQ(numberOf(events[1].data.at("x.output.mean")), 2.0);
   clearStep();
 }

@@ -244,7 +244,7 @@ def test_every_statistic_of_every_kind_equals_torch_ops(path, events, every):
     train(model, optimizer, oracle, steps=10, kinds=KINDS)
     w.remove()  # logs the open window [8, 12)
     got = events.windows
-    assert [e.step for e in got] == [4, 8, 9]
+    assert [e.step for e in got] == [4, 8, 10]  # the last, closed early: one step after 9
     for e, (lo, hi) in zip(got, [(0, 4), (4, 8), (8, 12)]):
         assert_data(e.data, oracle.window(lo, hi, every), rel=tolerance(path))
     assert events.nonfinite == []
@@ -468,7 +468,7 @@ def test_time_windows(events):
         tm.set_step(2)  # closes it
         model(torch.ones(1, 2))
         w.remove()
-    assert [e.step for e in events.windows] == [2, 2]
+    assert [e.step for e in events.windows] == [2, 3]  # remove(): one step after the last
 
 
 def test_nonfinite_values_are_counted_and_named_with_their_first_step(path, events):
@@ -813,7 +813,7 @@ def test_a_model_compiled_before_watch_observes_outputs_after_a_reset(events):
         torch.compiler.reset()
         tm.set_step(1)
         compiled(torch.randn(2, 4))
-    assert [e.step for e in events.windows] == [1] and "fc1.output.norm" in events.windows[0].data
+    assert [e.step for e in events.windows] == [2] and "fc1.output.norm" in events.windows[0].data
 
 
 def test_include_and_exclude_are_read_as_cpp_reads_them():
@@ -857,7 +857,7 @@ def test_the_last_window_reaches_python_handlers_and_sinks_at_exit(tmp_path):
         env={"PYTHONWARNINGS": "error"},
     )
     assert out.returncode == 0, out.describe()
-    assert "handler torch_monitor.Watch 2 ['bias.grad.abs_max']" in out.stdout, out.describe()
+    assert "handler torch_monitor.Watch 3 ['bias.grad.abs_max']" in out.stdout, out.describe()
     lines = (tmp_path / "w.jsonl").read_text().splitlines()
     assert len(lines) == 1 and '"torch_monitor.Watch"' in lines[0]
 
@@ -887,8 +887,9 @@ def test_sinks_take_watch_events_as_they_take_stat_events(tmp_path):
     jl.close()
     acc = EventAccumulator(tb.run_dir, size_guidance={"scalars": 0, "histograms": 0})
     acc.Reload()
-    assert [s.step for s in acc.Scalars("fc1.weight.grad.rms")] == [5, 10, 10]
-    assert [s.step for s in acc.Scalars("fc2.bias.update.ratio")] == [5, 10, 10]
+    # range(11): the last window, closed at remove(), lands on 11, not on 10 again
+    assert [s.step for s in acc.Scalars("fc1.weight.grad.rms")] == [5, 10, 11]
+    assert [s.step for s in acc.Scalars("fc2.bias.update.ratio")] == [5, 10, 11]
     # A histogram per watched tensor every 5 steps.
     assert [h.step for h in acc.Histograms("fc1.weight.grad")] == [0, 5, 10]
     assert [h.step for h in acc.Histograms("fc1.weight.update")] == [0, 5, 10]
@@ -983,7 +984,7 @@ def compiled_run(backend=None, steps=20, every=3):
 
 
 def assert_same_windows(compiled, eager):
-    assert [e.step for e in compiled] == [e.step for e in eager] == [5, 10, 15, 19]
+    assert [e.step for e in compiled] == [e.step for e in eager] == [5, 10, 15, 20]
     for c, e in zip(compiled, eager):
         assert sorted(c.data) == sorted(e.data)
         for key in e.data:

@@ -108,5 +108,19 @@ def test_torchscript_builds_step_windows_and_sets_the_step(stat_events):
         return s.window_steps()
 
     assert run(12) == 5
-    # The last window is logged when the stat is destroyed, at the function's end.
-    assert mine(stat_events, "ws.scripted") == [(5, {"count": 5.0}), (10, {"count": 5.0}), (11, {"count": 2.0})]
+    # The last window is logged when the stat is destroyed, at the function's
+    # end, one step after the last step set (11).
+    assert mine(stat_events, "ws.scripted") == [(5, {"count": 5.0}), (10, {"count": 5.0}), (12, {"count": 2.0})]
+
+
+def test_the_window_closed_early_lands_one_step_after_the_last(stat_events):
+    # range(11) with windows of 5: the step-10 add closes [5, 10) at 10; the
+    # last window, [10, 15) holding step 10 alone, is closed when the Stat
+    # goes and must not land on 10 as well (TensorBoard would show two points
+    # at one step): it carries 11.
+    s = tm.Stat("ws.early", [tm.COUNT], window_steps=5)
+    for step in range(11):
+        tm.set_step(step)
+        s.add(1.0)
+    del s
+    assert mine(stat_events, "ws.early") == [(5, {"count": 5.0}), (10, {"count": 5.0}), (11, {"count": 1.0})]

@@ -82,4 +82,16 @@ inline std::optional<int64_t> getStep() noexcept {
   return step;
 }
 
+// The step of a window closed before its end (at exit, on destruction, by a
+// watch's remove() or close()): the one after the last step set, so that it
+// never shares a step with the window that step's setStep() closed. Nothing
+// before the first setStep(); the last step, 2**63-1, stays itself.
+inline std::optional<int64_t> stepOfEarlyClose() noexcept {
+  const std::optional<int64_t> step = getStep();
+  if (step && *step < std::numeric_limits<int64_t>::max()) {
+    return *step + 1;
+  }
+  return step;
+}
+
 } // namespace torch_monitor

@@ -444,6 +444,7 @@ std::optional<Event> StatEngine<T>::closeOpenWindow() {
           takeOpenWindowLocked(), windowEndMs_.load(std::memory_order_relaxed));
     }
   }
+  closed.stamp = stepOfEarlyClose(); // before its end: exit or destruction
   return eventOf(closed);
 }
 

@@ -282,7 +282,7 @@ Recorder::~Recorder() {
       {
         std::lock_guard<std::mutex> guard(mutex_);
         removed_ = true;
-        closed = closeLocked(currentStep(), /*onlyIfObserved=*/true);
+        closed = closeLocked(earlyCloseStep(), /*onlyIfObserved=*/true);
       }
       if (closed) {
         publish(std::move(*closed));
@@ -319,6 +319,12 @@ bool Recorder::removed() const {
 
 int64_t Recorder::currentStep() const {
   return getStep().value_or(ownSteps_.load(std::memory_order_relaxed));
+}
+
+int64_t Recorder::earlyCloseStep() const {
+  // Own steps already count the optimizer step just taken: the step after
+  // the last one the watch saw.
+  return stepOfEarlyClose().value_or(ownSteps_.load(std::memory_order_relaxed));
 }
 
 void Recorder::startLocked(int64_t step) {
@@ -504,7 +510,7 @@ void Recorder::close() {
     if (removed_) {
       return;
     }
-    closed = closeLocked(currentStep());
+    closed = closeLocked(earlyCloseStep());
   }
   if (closed) {
     publish(std::move(*closed));
@@ -519,7 +525,7 @@ void Recorder::remove() {
       return;
     }
     removed_ = true;
-    closed = closeLocked(currentStep());
+    closed = closeLocked(earlyCloseStep());
   }
   if (listener_) {
     detail::removeStepListener(listener_.get());
