@@ -30,12 +30,14 @@ def set_rank_sync_deadline(seconds: float) -> None:
     _deadline_seconds = float(seconds)
 
 
-def resolve(sync_ranks):
-    """(None,) for the process default group (which it sets), or (store, rank, world_size, deadline)."""
+def resolve(sync_ranks, prefix="", before="creating the Stat"):
+    """(None,) for the process default group (which it sets), or (store,
+    rank, world_size, deadline). ``prefix`` and ``before`` word the error
+    for the caller (watch() has its own prefix)."""
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError(
-            "sync_ranks needs torch.distributed initialised: call "
-            "torch.distributed.init_process_group(...) before creating the Stat"
+            f"{prefix}sync_ranks needs torch.distributed initialised: call "
+            f"torch.distributed.init_process_group(...) before {before}"
         )
     if sync_ranks is True or sync_ranks is dist.group.WORLD:
         group = dist.group.WORLD

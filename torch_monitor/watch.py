@@ -271,20 +271,20 @@ def _pattern(value, name) -> Optional[str]:
     if isinstance(value, re.Pattern):
         value = value.pattern
     if not isinstance(value, str):
-        raise TypeError(f"watch: {name} must be a regular expression (str), got {type(value).__name__}")
+        raise TypeError(f"torch_monitor.watch: {name} must be a regular expression (str), got {type(value).__name__}")
     return value
 
 
 def _positive_int(value, name) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"watch: {name} must be an int >= 1, got {value!r}")
+        raise ValueError(f"torch_monitor.watch: {name} must be an int >= 1, got {value!r}")
     return int(value)
 
 
 def _window(window_steps, window_size):
     if (window_steps is None) == (window_size is None):
         raise ValueError(
-            "watch: give exactly one window: window_steps=N (training steps, "
+            "torch_monitor.watch: give exactly one window: window_steps=N (training steps, "
             "like Stat(window_steps=N)) or window_size=timedelta or seconds; got "
             + ("both" if window_steps is not None else "neither")
         )
@@ -296,10 +296,10 @@ def _window(window_steps, window_size):
         seconds = float(window_size)
     else:
         raise TypeError(
-            f"watch: window_size must be a datetime.timedelta or a number of seconds, got {type(window_size).__name__}"
+            f"torch_monitor.watch: window_size must be a datetime.timedelta or a number of seconds, got {type(window_size).__name__}"
         )
     if not seconds >= 0.001:
-        raise ValueError(f"watch: window_size must be at least 1 ms, got {window_size!r}")
+        raise ValueError(f"torch_monitor.watch: window_size must be at least 1 ms, got {window_size!r}")
     return 0, seconds
 
 
@@ -362,34 +362,34 @@ def watch(
     ``remove()`` or use it as a context manager.
     """
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"watch: model must be a torch.nn.Module, got {type(model).__name__}")
+        raise TypeError(f"torch_monitor.watch: model must be a torch.nn.Module, got {type(model).__name__}")
     # watch(torch.compile(model)) watches the model: its own paths (not
     # "_orig_mod.<path>") and its submodules' outputs, not the wrapper's one
     # output; the compiled wrapper runs (and traces) the model's hooks.
     model = _internals.uncompiled_module(model)
     if model in _WATCHED:
         raise ValueError(
-            f"watch: this model is already watched ({_WATCHED[model]!r}); remove() that watch "
+            f"torch_monitor.watch: this model is already watched ({_WATCHED[model]!r}); remove() that watch "
             "first (or leave its with-block): two watches of one model would log every "
             "statistic twice"
         )
     what = [what] if isinstance(what, str) else list(what) if isinstance(what, Iterable) else None
     if what is None or not all(isinstance(kind, str) for kind in what):
-        raise TypeError(f"watch: what must be a kind or a sequence of kinds among {_KINDS}, got {what!r}")
+        raise TypeError(f"torch_monitor.watch: what must be a kind or a sequence of kinds among {_KINDS}, got {what!r}")
     if isinstance(model, torch.jit.ScriptModule) and {"output", "output_grad"} & set(what):
         raise ValueError(
-            'watch: "output" and "output_grad" are observed by forward hooks, which a '
+            'torch_monitor.watch: "output" and "output_grad" are observed by forward hooks, which a '
             "ScriptModule does not run; watch the eager model (torch.compile keeps the "
             'hooks), or watch "grad", "weight" and "update" of the scripted one'
         )
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(
-            f"watch: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+            f"torch_monitor.watch: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
         )
     for kind in ("weight", "update"):
         if kind in what and optimizer is None:
             raise ValueError(
-                f'watch: "{kind}" is observed around optimizer steps: pass the '
+                f'torch_monitor.watch: "{kind}" is observed around optimizer steps: pass the '
                 f"optimizer, watch(model, optimizer, what={tuple(what)!r})"
             )
     window_steps, window_seconds = _window(window_steps, window_size)
@@ -400,27 +400,28 @@ def watch(
         histograms_every = _positive_int(histograms_every, "histograms_every")
         if writer is None:
             raise ValueError(
-                "watch: histograms_every needs writer=, a torch_monitor.TensorBoardWriter to write them to"
+                "torch_monitor.watch: histograms_every needs writer=, a torch_monitor.TensorBoardWriter to write them to"
             )
         if not isinstance(writer, torch.ScriptObject):
             raise TypeError(
-                "watch: writer must be a torch_monitor.TensorBoardWriter (histograms go to its "
+                "torch_monitor.watch: writer must be a torch_monitor.TensorBoardWriter (histograms go to its "
                 f"event file), got {type(writer).__name__}"
             )
     elif writer is not None:
         raise ValueError(
-            "watch: writer= is where histograms go: give histograms_every=k too "
+            "torch_monitor.watch: writer= is where histograms go: give histograms_every=k too "
             "(the statistics reach every registered handler without it)"
         )
-    strict_bool(memory, "memory")
+    strict_bool(memory, "torch_monitor.watch: memory")
     if sync_ranks is not False:
         if sync_ranks is not True:
             raise TypeError(
-                f"watch: sync_ranks must be a bool (True: torch.distributed's default group), got {type(sync_ranks).__name__}"
+                f"torch_monitor.watch: sync_ranks must be a bool (True: torch.distributed's default group), got {type(sync_ranks).__name__}"
             )
         from ._rank_sync import resolve
 
-        resolve(True)  # the default group; ValueError when none is initialised
+        # the default group; ValueError when none is initialised
+        resolve(True, prefix="torch_monitor.watch: ", before="calling watch()")
 
     parameters = list(model.named_parameters())  # tied weights once
     modules = [(path, m) for path, m in model.named_modules() if path]
@@ -450,7 +451,7 @@ def watch(
     device = first.device if first is not None else torch.device("cpu")
     if device.type == "meta":
         raise ValueError(
-            "watch: the model is on the meta device (its parameters hold no values yet, and the "
+            "torch_monitor.watch: the model is on the meta device (its parameters hold no values yet, and the "
             "watch keeps its statistics on the model's device): call watch() after materialising "
             "it, model.to_empty(device=...) and its initialisation"
         )

@@ -510,11 +510,28 @@ def test_nonfinite_values_are_counted_and_named_with_their_first_step(path, even
         (dict(what="grad", window_steps=10, histograms_every=5), ValueError, "histograms_every needs writer="),
         (dict(what="grad", window_steps=10, sync_ranks=True), ValueError, "torch.distributed initialised"),
         (dict(what=(), window_steps=10), ValueError, "names no kind"),
+        (dict(what=5, window_steps=10), TypeError, "what must be a kind"),
+        (dict(what="grad", window_size="1s"), TypeError, "window_size must be a datetime.timedelta"),
+        (dict(what="grad", window_size=0.0001), ValueError, "window_size must be at least 1 ms"),
+        (dict(what="grad", window_steps=10, include=3), TypeError, "include must be a regular expression"),
+        (dict(what="grad", window_steps=10, histograms_every=2, writer=42), TypeError, "writer must be"),
+        (dict(what="grad", window_steps=10, writer=42), ValueError, "writer= is where histograms go"),
+        (dict(what="grad", window_steps=10, sync_ranks=1), TypeError, "sync_ranks must be a bool"),
+        (dict(what="grad", window_steps=10, memory=1), TypeError, "memory must be a bool"),
     ],
 )
 def test_bad_input_is_refused_at_watch_time(kwargs, error, message):
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as refused:
         tm.watch(MLP(), **kwargs)
+    # One prefix, whichever side (Python or the C++ planning) refuses.
+    assert str(refused.value).startswith("torch_monitor.watch: "), str(refused.value)
+
+
+@pytest.mark.parametrize("model", [None, torch.randn(2), torch.jit.script(torch.nn.Linear(2, 2))])
+def test_a_model_watch_cannot_take_is_refused_with_the_prefix(model):
+    with pytest.raises((TypeError, ValueError)) as refused:
+        tm.watch(model, what="output", window_steps=10)
+    assert str(refused.value).startswith("torch_monitor.watch: "), str(refused.value)
 
 
 def test_frozen_parameters_and_parameters_the_optimizer_skips_are_not_watched():

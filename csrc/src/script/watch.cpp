@@ -31,7 +31,7 @@ c10::intrusive_ptr<ScriptWatch> makeWatch(
     const std::string& device) {
   TORCH_CHECK_VALUE(
       paths.size() == kinds.size(),
-      "Watch: one kind per path, got ",
+      "torch_monitor.watch: one kind per path, got ",
       paths.size(),
       " paths and ",
       kinds.size(),
