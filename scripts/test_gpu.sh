@@ -14,6 +14,10 @@
 #   bash scripts/test_gpu.sh          the above, within 8 minutes on 16 cores
 #   bash scripts/test_gpu.sh --all    also the whole Python suite (pytest -n
 #                                     with pytest-xdist where it is installed)
+#   --no-benchmarks                   leaves the benchmarks out (with --all:
+#                                     build, CUDA tests and the suite fit in
+#                                     about 8 minutes on an H200's 16 cores;
+#                                     with them, about 10)
 #
 # Logs: build/gpu/*.log (failures.log: every failing test's traceback, written
 # as it fails). Exit status non-zero when the build or a test fails.
@@ -23,7 +27,14 @@ PYTHON=${PYTHON:-python3}
 LOGS=build/gpu
 mkdir -p "$LOGS"
 all=0
-[ "${1:-}" = "--all" ] && all=1
+benchmarks=1
+for arg in "$@"; do
+  case "$arg" in
+    --all) all=1 ;;
+    --no-benchmarks) benchmarks=0 ;;
+    *) echo "usage: $0 [--all] [--no-benchmarks]" >&2; exit 2 ;;
+  esac
+done
 
 summary=()
 failed=0
@@ -114,7 +125,9 @@ gpu_benchmarks=(
   "benchmarks/python/bench_difference_monitor.py --device cuda --clock wall"
   "benchmarks/python/bench_watch.py --device cuda"
 )
-if [ "$has_cuda" = 1 ]; then
+if [ "$benchmarks" = 0 ]; then
+  note "GPU benchmarks: left out (--no-benchmarks)"
+elif [ "$has_cuda" = 1 ]; then
   for bench in "${gpu_benchmarks[@]}"; do
     echo "== $bench"
     # shellcheck disable=SC2086

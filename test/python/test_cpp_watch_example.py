@@ -36,8 +36,9 @@ def summary_of(exe, *args):
 def test_the_watch_logs_every_window_with_every_key(watch_mlp):
     stdout, s = summary_of(watch_mlp)
     assert s["loss_last"] < s["loss_first"]
-    # 100 steps, windows of 20: closed at steps 20, 40, 60, 80, the last by remove().
-    assert s["windows"] == 5 and s["last_step"] == 99
+    # 100 steps, windows of 20: closed at steps 20, 40, 60, 80, the last by
+    # remove(), one step after the last step set (99).
+    assert s["windows"] == 5 and s["last_step"] == 100
     # grad and update of 4 parameters and of the whole model (total.grad,
     # total.update), output of 2 modules; 9 statistics a key, updates a ratio too.
     assert s["keys"] == (4 + 1) + (4 + 1) + 2
@@ -52,5 +53,5 @@ def test_the_watch_logs_every_window_with_every_key(watch_mlp):
 @requires_toolchain
 def test_one_step_gives_one_window(watch_mlp):
     _, s = summary_of(watch_mlp, "1")
-    assert s["windows"] == 1 and s["last_step"] == 0
+    assert s["windows"] == 1 and s["last_step"] == 1  # closed by remove() after step 0
     assert s["grad_norm"] == pytest.approx(s["grad_norm_by_hand"], rel=1e-6)

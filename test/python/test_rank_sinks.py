@@ -98,11 +98,12 @@ def test_tensorboard_shows_one_run_per_rank_never_two_ranks_in_one_step(two_rank
         steps = [step for step, _ in points]
         assert len(steps) == len(set(steps)), points  # one point per step
         # Windows close at steps 2 and 4 (the mean of the two steps before),
-        # and the last, partial one at 5 when the Stat goes away.
+        # and the last, [4, 6), when the Stat goes away after step 5: one
+        # step after the last step set.
         assert points == [
             (2, rank * 100 + 0.5),
             (4, rank * 100 + 2.5),
-            (5, rank * 100 + 4.5),
+            (6, rank * 100 + 4.5),
         ], points
 
 
@@ -121,7 +122,7 @@ def test_json_lines_go_to_a_file_per_rank_and_carry_the_rank(two_ranks):
         lines = (two_ranks / f"rank{rank}" / "events.jsonl").read_text().splitlines()
         records = [json.loads(line) for line in lines]
         stats = [r for r in records if r["name"] == "torch.monitor.Stat"]
-        assert [r["step"] for r in stats] == [2, 4, 5]
+        assert [r["step"] for r in stats] == [2, 4, 6]
         assert all(r["rank"] == rank and r["world_size"] == 2 for r in records)
         # The keys in the documented order: rank after step, before data.
         assert list(stats[0]) == [

@@ -124,3 +124,15 @@ def test_the_window_closed_early_lands_one_step_after_the_last(stat_events):
         s.add(1.0)
     del s
     assert mine(stat_events, "ws.early") == [(5, {"count": 5.0}), (10, {"count": 5.0}), (11, {"count": 1.0})]
+
+
+def test_a_window_the_step_already_ended_keeps_that_step_at_exit(stat_events):
+    # set_step(10) ends [5, 10); no add closed it since: it lands on 10, the
+    # step that ended it, as a later add would have given it.
+    s = tm.Stat("ws.ended", [tm.COUNT], window_steps=5)
+    for step in range(10):
+        tm.set_step(step)
+        s.add(1.0)
+    tm.set_step(10)
+    del s
+    assert mine(stat_events, "ws.ended") == [(5, {"count": 5.0}), (10, {"count": 5.0})]

@@ -444,7 +444,16 @@ std::optional<Event> StatEngine<T>::closeOpenWindow() {
           takeOpenWindowLocked(), windowEndMs_.load(std::memory_order_relaxed));
     }
   }
-  closed.stamp = stepOfEarlyClose(); // before its end: exit or destruction
+  // At exit or destruction the window lands one step after the last step
+  // set, never on the step of the window closed at that step. A step window
+  // the step has already ended keeps the current step, the one that ended
+  // it, which a later add() would have given it (as does a window an
+  // override of currentWindowId() drives).
+  const bool stepEnded =
+      clock_ == ClockSource::STEP && readClock(clock_) >= closed.endMs;
+  if (closed.endMs != kDrivenByOverride && !stepEnded) {
+    closed.stamp = stepOfEarlyClose();
+  }
   return eventOf(closed);
 }
 

@@ -282,7 +282,7 @@ Recorder::~Recorder() {
       {
         std::lock_guard<std::mutex> guard(mutex_);
         removed_ = true;
-        closed = closeLocked(earlyCloseStep(), /*onlyIfObserved=*/true);
+        closed = closeLocked(closeStep(), /*onlyIfObserved=*/true);
       }
       if (closed) {
         publish(std::move(*closed));
@@ -321,9 +321,11 @@ int64_t Recorder::currentStep() const {
   return getStep().value_or(ownSteps_.load(std::memory_order_relaxed));
 }
 
-int64_t Recorder::earlyCloseStep() const {
-  // Own steps already count the optimizer step just taken: the step after
-  // the last one the watch saw.
+int64_t Recorder::closeStep() const {
+  // Step windows close at the set_step that ends them, so the open one is
+  // always before its end; a time window lands one step after the last step
+  // too, as it may share its opening step with the window closed there.
+  // Own steps already count the optimizer step just taken.
   return stepOfEarlyClose().value_or(ownSteps_.load(std::memory_order_relaxed));
 }
 
@@ -510,7 +512,7 @@ void Recorder::close() {
     if (removed_) {
       return;
     }
-    closed = closeLocked(earlyCloseStep());
+    closed = closeLocked(closeStep());
   }
   if (closed) {
     publish(std::move(*closed));
@@ -525,7 +527,7 @@ void Recorder::remove() {
       return;
     }
     removed_ = true;
-    closed = closeLocked(earlyCloseStep());
+    closed = closeLocked(closeStep());
   }
   if (listener_) {
     detail::removeStepListener(listener_.get());

@@ -200,8 +200,9 @@ class TORCH_MONITOR_API Recorder
   // The step observations are taken at now (the training step, else the
   // count of optimizer steps).
   int64_t currentStep() const;
-  // The step a window closed before its end carries (stepOfEarlyClose()).
-  int64_t earlyCloseStep() const;
+  // The step of the open window's event when remove(), close() or the
+  // destructor closes it (stepOfEarlyClose() before its end).
+  int64_t closeStep() const;
 
   // Closes the open window now and logs it (nothing when it saw nothing).
   void close();
