@@ -558,6 +558,7 @@ def uncompiled_module(model: "torch.nn.Module") -> "torch.nn.Module":
     return model
 
 
+@functools.lru_cache(maxsize=None)  # a file-system lookup; watch() asks once per module
 def dynamo_reorders_hook_inputs() -> bool:
     """Whether torch.compile breaks the graph's order when hooks on
     intermediate tensors capture one tensor (torch 2.11 and older).

@@ -113,26 +113,28 @@ def test_torchscript_builds_step_windows_and_sets_the_step(stat_events):
     assert mine(stat_events, "ws.scripted") == [(5, {"count": 5.0}), (10, {"count": 5.0}), (12, {"count": 2.0})]
 
 
-def test_the_window_closed_early_lands_one_step_after_the_last(stat_events):
-    # range(11) with windows of 5: the step-10 add closes [5, 10) at 10; the
-    # last window, [10, 15) holding step 10 alone, is closed when the Stat
-    # goes and must not land on 10 as well (TensorBoard would show two points
-    # at one step): it carries 11.
-    s = tm.Stat("ws.early", [tm.COUNT], window_steps=5)
-    for step in range(11):
+
+@pytest.mark.parametrize(
+    "last_set, windows",
+    [
+        # range(11) with windows of 5: the step-10 add closes [5, 10) at 10;
+        # the last window, [10, 15) holding step 10 alone, is closed when the
+        # Stat goes and must not land on 10 as well (TensorBoard would show
+        # two points at one step): it carries 11.
+        (None, [(5, {"count": 5.0}), (10, {"count": 5.0}), (11, {"count": 1.0})]),
+        # Ten adds, then set_step(10) ends [5, 10) with no add to close it:
+        # it lands on 10, the step that ended it, as a later add would have
+        # given it.
+        (10, [(5, {"count": 5.0}), (10, {"count": 5.0})]),
+    ],
+    ids=["closed_early_lands_one_step_after_the_last", "ended_by_the_step_keeps_that_step"],
+)
+def test_the_window_closed_at_exit_never_shares_a_step(stat_events, last_set, windows):
+    s = tm.Stat("ws.exit", [tm.COUNT], window_steps=5)
+    for step in range(11 if last_set is None else 10):
         tm.set_step(step)
         s.add(1.0)
+    if last_set is not None:
+        tm.set_step(last_set)
     del s
-    assert mine(stat_events, "ws.early") == [(5, {"count": 5.0}), (10, {"count": 5.0}), (11, {"count": 1.0})]
-
-
-def test_a_window_the_step_already_ended_keeps_that_step_at_exit(stat_events):
-    # set_step(10) ends [5, 10); no add closed it since: it lands on 10, the
-    # step that ended it, as a later add would have given it.
-    s = tm.Stat("ws.ended", [tm.COUNT], window_steps=5)
-    for step in range(10):
-        tm.set_step(step)
-        s.add(1.0)
-    tm.set_step(10)
-    del s
-    assert mine(stat_events, "ws.ended") == [(5, {"count": 5.0}), (10, {"count": 5.0})]
+    assert mine(stat_events, "ws.exit") == windows
