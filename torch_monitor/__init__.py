@@ -60,6 +60,7 @@ from ._spellings import (  # noqa: E402  (the faces of the C++ objects and ops)
     MemoryHandler,
     PrometheusExporter,
     PrometheusTextFile,
+    PytorchCounterCapture,
     Stat,
     TensorBoardWriter,
     WaitCounter,
@@ -87,6 +88,11 @@ data_value_t = _Union[str, float, int, bool]
 # torch.monitor's names for the duration counter, for drop-in code.
 _WaitCounter = WaitCounter
 _WaitCounterTracker = WaitCounterTracker
+
+#: Starts capturing PyTorch's own timings (c10's wait counters) as Stats:
+#: ``with torch_monitor.capture_pytorch_counters(window_steps=100): ...``
+#: (docs/pytorch_counters.md).
+capture_pytorch_counters = PytorchCounterCapture
 
 #: The name the design notes use for the JSON Lines sink.
 JsonLinesHandler = JsonLinesWriter
@@ -129,6 +135,8 @@ __all__ = [
     "IntStat",
     "WaitCounter",
     "WaitCounterTracker",
+    "PytorchCounterCapture",
+    "capture_pytorch_counters",
     "Event",
     "EventHandlerHandle",
     "data_value_t",

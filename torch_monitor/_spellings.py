@@ -361,6 +361,52 @@ FACES["DifferenceMonitor"] = Spelling(
         },
     },
 )
+def _default_group_only(value: Any, where: str) -> bool:
+    """sync_ranks of a capture: True merges over the default process group
+    (set now); a capture makes its Stats as keys appear, so it takes no
+    other group."""
+    if value is True:
+        from . import _rank_sync
+
+        _rank_sync.resolve(True)
+        return True
+    if value is None or value is False:
+        return False
+    raise TypeError(
+        f"{where} must be a bool (True merges across the ranks of the default "
+        f"process group), got {type(value).__name__}"
+    )
+
+
+def _exit_capture(self: Any, *exc_info: Any) -> bool:
+    self.remove()
+    return False
+
+
+# torch_monitor.capture_pytorch_counters: a capture of c10's wait counters
+# (csrc/include/torch_monitor/pytorch_counters.h). It stands for this
+# process's backend, as a sink stands for an output: a copy is the same
+# capture, and pickling is refused.
+FACES["PytorchCounterCapture"] = Spelling(
+    kinds={
+        "window_size": "optional seconds",
+        "sync_ranks": Kind("bool", _default_group_only),
+    },
+    positional=0,  # capture_pytorch_counters(*, window_steps=..., ...)
+    properties={"removed": "removed"},
+    methods={"__enter__": lambda self: self, "__exit__": _exit_capture},
+    signatures={
+        "__enter__": "(self) -> PytorchCounterCapture",
+        "__exit__": "(self, *exc_info: Any) -> bool",
+    },
+    copies="share",
+    no_pickle=(
+        "it stands for this process's capture of PyTorch's counters; start "
+        "another with the same arguments (TorchScript archives save its "
+        "configuration)"
+    ),
+)
+
 # A watch's recorder; torch_monitor.watch() attaches the hooks that feed it
 # (Python's Watch holds both).
 FACES["Watch"] = Spelling(kinds={"window_seconds": "seconds"})
@@ -378,6 +424,7 @@ PrometheusTextFile = _faces.make_face("PrometheusTextFile", FACES["PrometheusTex
 Reducer = _faces.make_face("Reducer", FACES["Reducer"])
 DifferenceMonitor = _faces.make_face("DifferenceMonitor", FACES["DifferenceMonitor"])
 Watch = _faces.make_face("Watch", FACES["Watch"])
+PytorchCounterCapture = _faces.make_face("PytorchCounterCapture", FACES["PytorchCounterCapture"])
 # Not exported by torch_monitor under these names (its DifferenceMonitor and
 # Watch are the nn.Module and watch()'s front end that hold them): pickles
 # find them here.

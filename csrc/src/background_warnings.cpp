@@ -50,8 +50,17 @@ bool hasBackgroundWarningSink() noexcept {
   return installedSink.load(std::memory_order_acquire) != nullptr;
 }
 
+namespace {
+thread_local bool libraryThread = false;
+} // namespace
+
 void routeThreadWarningsToBackgroundSink() {
+  libraryThread = true;
   c10::WarningUtils::set_warning_handler(backgroundWarningHandler());
+}
+
+bool onLibraryThread() noexcept {
+  return libraryThread;
 }
 
 } // namespace detail

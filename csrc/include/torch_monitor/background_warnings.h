@@ -27,6 +27,9 @@ namespace detail {
 // Called first thing by every thread the library starts: its TORCH_WARNs go
 // to the background warning sink. Thread-safe (sets a thread-local).
 TORCH_MONITOR_API void routeThreadWarningsToBackgroundSink();
+// Whether the calling thread is one the library started (it called
+// routeThreadWarningsToBackgroundSink()). Thread-safe (a thread-local).
+TORCH_MONITOR_API bool onLibraryThread() noexcept;
 
 // The c10 handler that hands warnings to the background warning sink (c10's
 // default without one), for a WarningHandlerGuard around a warning that has

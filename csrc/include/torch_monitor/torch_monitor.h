@@ -9,6 +9,7 @@
 #include <torch_monitor/event.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/process_rank.h>
+#include <torch_monitor/pytorch_counters.h>
 #include <torch_monitor/rank_sync.h>
 #include <torch_monitor/stat.h>
 #include <torch_monitor/step.h>

@@ -43,6 +43,7 @@ TORCH_LIBRARY(torch_monitor, m) {
   torch_monitor::watch::registerEvents();
   torch_monitor::script::registerStatClasses(m);
   torch_monitor::script::registerWaitCounterClasses(m);
+  torch_monitor::script::registerPytorchCounterClasses(m);
   torch_monitor::script::registerEventClassAndOps(m);
   torch_monitor::script::registerStepOps(m);
   torch_monitor::script::registerReducerClasses(m);

@@ -36,6 +36,9 @@ enum class ForkStage : uint8_t {
   // The rank sync thread's state: child only (the parent's Store
   // connections and queue are not the child's).
   kRankSync,
+  // The captures of PyTorch's counters (pytorch_counters.h): the child
+  // forgets the parent's readers; child only.
+  kPytorchCounters,
   // The locks enrolled with ForkSafeLocks (fork_safe_locks.h: the sinks',
   // the Python binding's warning queue) and ForkSafeMutex's renewal lock.
   kForkSafeLocks,

@@ -9,6 +9,7 @@
 namespace torch_monitor::script {
 void registerStatClasses(torch::Library& m);
 void registerWaitCounterClasses(torch::Library& m);
+void registerPytorchCounterClasses(torch::Library& m);
 void registerEventClassAndOps(torch::Library& m);
 void registerStepOps(torch::Library& m); // after the Event ops: shares their fakes' module
 void registerReducerClasses(torch::Library& m);

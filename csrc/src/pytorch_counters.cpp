@@ -1,0 +1,408 @@
+#include <torch_monitor/pytorch_counters.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include <c10/util/Exception.h>
+#include <c10/util/WaitCounter.h>
+
+#include <torch_monitor/background_warnings.h>
+#include <torch_monitor/detail/fork_safe_locks.h>
+#include <torch_monitor/detail/lifecycle.h>
+#include <torch_monitor/detail/text.h>
+#include <torch_monitor/stat.h>
+
+namespace torch_monitor {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kSlots = PytorchCounterCapture::kMaxCaptures;
+
+int64_t nanosecondsOf(Clock::time_point t) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             t.time_since_epoch())
+      .count();
+}
+
+std::optional<std::regex> compiled(
+    const std::optional<std::string>& pattern,
+    const char* what) {
+  if (!pattern) {
+    return std::nullopt;
+  }
+  detail::checkText(*pattern, what);
+  try {
+    return std::regex(*pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    TORCH_CHECK_VALUE(
+        false,
+        "capture_pytorch_counters: ",
+        what,
+        " '",
+        *pattern,
+        "' is not a regular expression (",
+        e.what(),
+        "); give one in the ECMAScript syntax std::regex reads, such as "
+        "'TCPStore|dynamo'");
+  }
+}
+
+} // namespace
+
+// What a capture holds: the slot readers find it in, and one Stat per key
+// it has taken.
+struct PytorchCounterCapture::State {
+  int slot = -1;
+  int64_t startNs = 0; // units that started before are not the capture's
+  PytorchCounterOptions options;
+  std::optional<std::regex> include;
+  std::optional<std::regex> exclude;
+  std::mutex mutex; // guards stats
+  std::map<std::string, std::unique_ptr<Stat<double>>> stats;
+
+  bool takes(const std::string& key) const {
+    return (!include || std::regex_search(key, *include)) &&
+        !(exclude && std::regex_search(key, *exclude));
+  }
+  // The Stat of `key`, made now if needed; nullptr when the capture does
+  // not take the key (or its Stat cannot be made: warned once).
+  Stat<double>* statOf(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = stats.find(key);
+    if (found != stats.end()) {
+      return found->second.get();
+    }
+    std::unique_ptr<Stat<double>> stat;
+    if (takes(key)) {
+      try {
+        stat = makeStat(key);
+      } catch (const std::exception& e) {
+        TORCH_WARN(
+            "torch_monitor: PyTorch's counter '",
+            key,
+            "' cannot be captured: ",
+            detail::errorMessage(e));
+      }
+    }
+    // nullptr is kept too: the key is asked about once per capture.
+    return stats.emplace(key, std::move(stat)).first->second.get();
+  }
+
+ private:
+  std::unique_ptr<Stat<double>> makeStat(const std::string& key) const {
+    std::vector<Aggregation> aggregations{
+        Aggregation::COUNT, Aggregation::SUM, Aggregation::MAX, Aggregation::MEAN};
+    auto stat = options.windowSteps > 0
+        ? std::make_unique<Stat<double>>(
+              key, std::move(aggregations), WindowSteps{options.windowSteps})
+        : std::make_unique<Stat<double>>(
+              key,
+              std::move(aggregations),
+              options.windowSize,
+              Stat<double>::kUnlimitedSamples,
+              options.closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
+    if (options.syncRanks) {
+      stat->syncRanks(options.group);
+    }
+    return stat;
+  }
+};
+
+namespace {
+
+using CaptureState = PytorchCounterCapture::State;
+
+class KeyBackend;
+
+// The process-wide registry the backends read. Captures sit in slots;
+// stop() reads them inside a read section, and a removed capture is freed
+// only once every read section that could have seen it has ended (two
+// epochs, so that neither a stream of new readers nor a reader that read
+// the epoch long ago is missed).
+struct Registry {
+  std::mutex slotsMutex; // serialises adding and removing captures
+  std::array<std::atomic<CaptureState*>, kSlots> slots{};
+  std::atomic<int> captures{0}; // slots in use: the "no capture" test
+  std::atomic<uint64_t> epoch{0};
+  std::array<std::atomic<int64_t>, 2> readers{};
+  std::mutex backendsMutex; // guards backends
+  // Every key's backend: c10 never destroys a key's counter, so they live
+  // for the process.
+  std::vector<KeyBackend*> backends;
+  // slotsMutex waits for readers (a child starts it unlocked);
+  // backendsMutex is held briefly (the child finds the list whole).
+  detail::ForkSafeLocks slowLocks{
+      detail::ForkLockMode::kResetInChild, {&slotsMutex}};
+  detail::ForkSafeLocks innerLocks{
+      detail::ForkLockMode::kInner, {&backendsMutex}};
+};
+
+Registry& registry() {
+  // Leaked: c10 calls the backends until the process ends.
+  static auto* instance = new Registry;
+  return *instance;
+}
+
+// The read sections this thread is in: remove() there would wait for
+// itself.
+thread_local int readDepth = 0;
+
+class ReadSection {
+ public:
+  ReadSection() noexcept {
+    Registry& r = registry();
+    parity_ = r.epoch.load() & 1;
+    r.readers[parity_].fetch_add(1);
+    ++readDepth;
+  }
+  ~ReadSection() {
+    --readDepth;
+    registry().readers[parity_].fetch_sub(1);
+  }
+  ReadSection(const ReadSection&) = delete;
+  ReadSection& operator=(const ReadSection&) = delete;
+
+ private:
+  uint64_t parity_;
+};
+
+// Ends once every read section begun before the call has ended.
+void waitForReaders() {
+  Registry& r = registry();
+  for (int flip = 0; flip < 2; ++flip) {
+    const uint64_t parity = r.epoch.fetch_add(1) & 1;
+    while (r.readers[parity].load() != 0) {
+      std::this_thread::yield();
+    }
+  }
+}
+
+// One key's backend: c10 makes it when the key is first used. With no
+// capture active, start() is one relaxed load.
+class KeyBackend final : public c10::monitor::detail::WaitCounterBackendIf {
+ public:
+  explicit KeyBackend(std::string_view key) : key_(key) {}
+
+  intptr_t start(Clock::time_point now) noexcept override {
+    if (registry().captures.load(std::memory_order_relaxed) == 0) {
+      return 0; // stop() skips it
+    }
+    return static_cast<intptr_t>(nanosecondsOf(now));
+  }
+
+  void stop(Clock::time_point now, intptr_t ctx) noexcept override {
+    Registry& r = registry();
+    if (ctx == 0 || r.captures.load(std::memory_order_relaxed) == 0 ||
+        detail::onLibraryThread()) {
+      // The library's own threads (the rank sync's Store traffic, a
+      // sink's writer) time torch_monitor's work, not the program's.
+      return;
+    }
+    const double micros = static_cast<double>(nanosecondsOf(now) - ctx) / 1e3;
+    ReadSection section;
+    for (int slot = 0; slot < kSlots; ++slot) {
+      CaptureState* capture = r.slots[slot].load();
+      if (capture == nullptr || capture->startNs > ctx) {
+        continue;
+      }
+      Stat<double>* stat = cache_[slot].load(std::memory_order_acquire);
+      if (stat == nullptr) {
+        stat = capture->statOf(key_);
+        cache_[slot].store(
+            stat == nullptr ? notTaken() : stat, std::memory_order_release);
+      }
+      if (stat != nullptr && stat != notTaken()) {
+        record(*stat, micros);
+      }
+    }
+  }
+
+  // The capture in `slot` is gone (no reader can see it): forget its Stat.
+  void forget(int slot) noexcept {
+    cache_[slot].store(nullptr, std::memory_order_relaxed);
+  }
+
+ private:
+  void record(Stat<double>& stat, double micros) noexcept {
+    // c10's stop() must not throw; the sample is added even when a
+    // handler of the window it closes throws.
+    try {
+      stat.add(std::max(micros, 0.0));
+    } catch (const std::exception& e) {
+      TORCH_WARN(
+          "torch_monitor: an event handler failed while PyTorch's counter '",
+          key_,
+          "' was recorded: ",
+          detail::errorMessage(e));
+    } catch (...) {
+      TORCH_WARN(
+          "torch_monitor: an event handler failed while PyTorch's counter '",
+          key_,
+          "' was recorded");
+    }
+  }
+
+  // The cache entry of a key its capture does not take (an address no
+  // Stat has; never dereferenced).
+  static Stat<double>* notTaken() noexcept {
+    static char mark;
+    return reinterpret_cast<Stat<double>*>(&mark);
+  }
+
+  const std::string key_;
+  // Per slot: the key's Stat in that slot's capture, notTaken(), or nullptr
+  // before the capture was asked.
+  std::array<std::atomic<Stat<double>*>, kSlots> cache_{};
+};
+
+class KeyBackendFactory final
+    : public c10::monitor::detail::WaitCounterBackendFactoryIf {
+ public:
+  std::unique_ptr<c10::monitor::detail::WaitCounterBackendIf> create(
+      std::string_view key) noexcept override {
+    try {
+      auto backend = std::make_unique<KeyBackend>(key);
+      Registry& r = registry();
+      std::lock_guard<std::mutex> lock(r.backendsMutex);
+      r.backends.push_back(backend.get());
+      return backend;
+    } catch (...) {
+      return nullptr; // out of memory: c10 then ignores the key for us
+    }
+  }
+};
+
+void resetReadersInChild() {
+  // The parent's other threads, which may have been reading, are not here.
+  for (auto& readers : registry().readers) {
+    readers.store(0);
+  }
+}
+constexpr detail::ForkHooks kForkHooks{nullptr, nullptr, resetReadersInChild};
+
+// Registered when the library loads, so that every key first used after
+// that reaches the captures.
+const bool kRegistered = [] {
+  registry();
+  detail::onFork(detail::ForkStage::kPytorchCounters, kForkHooks);
+  c10::monitor::detail::registerWaitCounterBackend(
+      std::make_unique<KeyBackendFactory>());
+  return true;
+}();
+
+} // namespace
+
+PytorchCounterCapture::PytorchCounterCapture(PytorchCounterOptions options)
+    : options_(std::move(options)), state_(std::make_shared<State>()) {
+  TORCH_CHECK_VALUE(
+      options_.windowSteps >= 0,
+      "capture_pytorch_counters: window_steps must be at least 1, got ",
+      options_.windowSteps);
+  if (options_.windowSteps > 0) {
+    TORCH_CHECK_VALUE(
+        !options_.closeOnTime,
+        "capture_pytorch_counters: close_on_time applies to time windows "
+        "(window_size); a window of training steps closes when set_step "
+        "crosses its end");
+  } else {
+    const int64_t ms = options_.windowSize.count();
+    TORCH_CHECK_VALUE(
+        ms >= 1 && ms <= Stat<double>::kMaxWindowMs,
+        "capture_pytorch_counters: window_size must be at least 1 ms (and "
+        "at most datetime.timedelta.max), got ",
+        ms,
+        " ms");
+  }
+  state_->options = options_;
+  state_->include = compiled(options_.include, "include");
+  state_->exclude = compiled(options_.exclude, "exclude");
+
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.slotsMutex);
+  for (int slot = 0; slot < kSlots; ++slot) {
+    if (r.slots[slot].load() == nullptr) {
+      state_->slot = slot;
+      state_->startNs = nanosecondsOf(Clock::now());
+      r.slots[slot].store(state_.get());
+      r.captures.fetch_add(1);
+      return;
+    }
+  }
+  TORCH_CHECK_VALUE(
+      false,
+      "capture_pytorch_counters: ",
+      kMaxCaptures,
+      " captures are active already; remove() one (or narrow one with "
+      "include/exclude) before starting another");
+}
+
+PytorchCounterCapture::~PytorchCounterCapture() {
+  try {
+    remove();
+  } catch (const std::exception& e) {
+    TORCH_WARN(
+        "torch_monitor: removing a capture of PyTorch's counters failed: ",
+        detail::errorMessage(e));
+  }
+}
+
+void PytorchCounterCapture::remove() {
+  Registry& r = registry();
+  std::map<std::string, std::unique_ptr<Stat<double>>> stats;
+  {
+    std::lock_guard<std::mutex> lock(r.slotsMutex);
+    if (state_->slot < 0) {
+      return;
+    }
+    TORCH_CHECK(
+        readDepth == 0,
+        "capture_pytorch_counters: remove() called from an event handler "
+        "that a captured counter runs would wait for itself; remove the "
+        "capture outside the handler");
+    const int slot = state_->slot;
+    r.slots[slot].store(nullptr);
+    r.captures.fetch_sub(1);
+    waitForReaders();
+    {
+      std::lock_guard<std::mutex> backends(r.backendsMutex);
+      for (KeyBackend* backend : r.backends) {
+        backend->forget(slot);
+      }
+    }
+    state_->slot = -1;
+    std::lock_guard<std::mutex> statsLock(state_->mutex);
+    stats.swap(state_->stats);
+  }
+  // Outside the locks: each Stat logs its open window, running handlers.
+  stats.clear();
+}
+
+bool PytorchCounterCapture::removed() const noexcept {
+  std::lock_guard<std::mutex> lock(registry().slotsMutex);
+  return state_->slot < 0;
+}
+
+std::vector<std::string> PytorchCounterCapture::keys() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::vector<std::string> out;
+  for (const auto& [key, stat] : state_->stats) {
+    if (stat != nullptr) {
+      out.push_back(key);
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<PytorchCounterCapture> capturePytorchCounters(
+    PytorchCounterOptions options) {
+  return std::make_unique<PytorchCounterCapture>(std::move(options));
+}
+
+} // namespace torch_monitor
