@@ -108,9 +108,6 @@ struct PytorchCounterCapture::State {
               options.windowSize,
               Stat<double>::kUnlimitedSamples,
               options.closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
-    if (options.syncRanks) {
-      stat->syncRanks(options.group);
-    }
     return stat;
   }
 };
@@ -130,6 +127,7 @@ struct Registry {
   std::mutex slotsMutex; // serialises adding and removing captures
   std::array<std::atomic<CaptureState*>, kSlots> slots{};
   std::atomic<int> captures{0}; // slots in use: the "no capture" test
+  std::atomic<int> slotsEnd{0}; // 1 + the highest slot in use
   std::atomic<uint64_t> epoch{0};
   std::array<std::atomic<int64_t>, 2> readers{};
   std::mutex backendsMutex; // guards backends
@@ -207,7 +205,8 @@ class KeyBackend final : public c10::monitor::detail::WaitCounterBackendIf {
     }
     const double micros = static_cast<double>(nanosecondsOf(now) - ctx) / 1e3;
     ReadSection section;
-    for (int slot = 0; slot < kSlots; ++slot) {
+    const int end = r.slotsEnd.load();
+    for (int slot = 0; slot < end; ++slot) {
       CaptureState* capture = r.slots[slot].load();
       if (capture == nullptr || capture->startNs > ctx) {
         continue;
@@ -331,6 +330,7 @@ PytorchCounterCapture::PytorchCounterCapture(PytorchCounterOptions options)
       state_->slot = slot;
       state_->startNs = nanosecondsOf(Clock::now());
       r.slots[slot].store(state_.get());
+      r.slotsEnd.store(std::max(r.slotsEnd.load(), slot + 1));
       r.captures.fetch_add(1);
       return;
     }
@@ -369,6 +369,11 @@ void PytorchCounterCapture::remove() {
     const int slot = state_->slot;
     r.slots[slot].store(nullptr);
     r.captures.fetch_sub(1);
+    int end = r.slotsEnd.load();
+    while (end > 0 && r.slots[end - 1].load() == nullptr) {
+      --end;
+    }
+    r.slotsEnd.store(end);
     waitForReaders();
     {
       std::lock_guard<std::mutex> backends(r.backendsMutex);

@@ -95,6 +95,10 @@ SAMPLES = {
     "MemoryHandler": [dict(capacity=3, event_names=["law"])],
     "PrometheusExporter": [dict(port=lambda tmp: free_port(), host="localhost", labels={"job": "law"})],
     "PrometheusTextFile": [dict(path=lambda tmp: tmp / "m.prom", labels={"job": "law"})],
+    "PytorchCounterCapture": [
+        dict(window_size=2.5, include="law", exclude="other", close_on_time=True),
+        dict(window_steps=3),
+    ],
     "Watch": [
         dict(paths=["fc.weight", "fc"], kinds=["grad", "output"], window_steps=4, every=2,
              histograms_every=3, writer=tensorboard, memory=True, device="cpu"),

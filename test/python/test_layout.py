@@ -29,7 +29,7 @@ LAYERS = [
     # One layer: the engine posts to the rank sync, which closes the live
     # Stats' windows at exit.
     ("stat engine", ["engine/", "rank_sync/", "rank_sync"]),
-    ("stats", ["stat", "wait_counter"]),
+    ("stats", ["stat", "wait_counter", "pytorch_counters"]),
     ("reducers", ["reducers/"]),
     ("monitors", ["monitors/"]),
     ("nn", ["nn/", "nn"]),

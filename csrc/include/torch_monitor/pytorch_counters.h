@@ -19,8 +19,6 @@
 
 namespace torch_monitor {
 
-struct RankGroup; // rank_sync.h
-
 // What a capture takes and how it windows it; a plain value.
 struct PytorchCounterOptions {
   // Windows of this many training steps (set_step) when > 0; else windows
@@ -34,10 +32,6 @@ struct PytorchCounterOptions {
   std::optional<std::string> exclude;
   // Time windows only: the window timer closes them (WindowClose::ON_TIME).
   bool closeOnTime = false;
-  // Merge each key's windows across the ranks of `group` (nullptr: the
-  // process default group), as Stat::syncRanks does.
-  bool syncRanks = false;
-  std::shared_ptr<const RankGroup> group;
 };
 
 // One capture: from its construction to remove() (or its destruction),
@@ -60,11 +54,11 @@ struct PytorchCounterOptions {
 // captured unit runs (it would wait for itself: c10::Error).
 class TORCH_MONITOR_API PytorchCounterCapture {
  public:
-  static constexpr int kMaxCaptures = 8;
+  static constexpr int kMaxCaptures = 64;
 
   // Throws c10::ValueError for a window Stat refuses, close_on_time with
   // step windows, a regular expression that does not compile, text that is
-  // not UTF-8 or holds NUL, or a ninth capture.
+  // not UTF-8 or holds NUL, or a capture beyond kMaxCaptures.
   explicit PytorchCounterCapture(PytorchCounterOptions options = {});
   ~PytorchCounterCapture();
   PytorchCounterCapture(const PytorchCounterCapture&) = delete;
@@ -78,7 +72,7 @@ class TORCH_MONITOR_API PytorchCounterCapture {
   const PytorchCounterOptions& options() const noexcept {
     return options_;
   }
-  // The keys captured so far, sorted.
+  // The keys captured so far, sorted (none once removed).
   std::vector<std::string> keys() const;
 
   struct State; // the capture's slot and Stats (pytorch_counters.cpp)

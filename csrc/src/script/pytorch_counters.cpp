@@ -1,9 +1,8 @@
 #include <optional>
 #include <string>
 
-#include <torch/custom_class.h>
+#include <torch_monitor/script/pytorch_counters.h>
 
-#include <torch_monitor/pytorch_counters.h>
 #include <torch_monitor/script/config.h>
 #include <torch_monitor/script/registration.h>
 #include <torch_monitor/script/stat.h>
@@ -12,21 +11,6 @@ namespace torch_monitor::script {
 
 namespace {
 
-// The TorchScript face of a PytorchCounterCapture:
-// torch.classes.torch_monitor.PytorchCounterCapture, which Python's
-// capture_pytorch_counters() returns.
-// Thread safety: as PytorchCounterCapture.
-class ScriptCapture : public torch::CustomClassHolder {
- public:
-  explicit ScriptCapture(PytorchCounterOptions options)
-      : capture_(std::move(options)) {}
-  PytorchCounterCapture& capture() noexcept {
-    return capture_;
-  }
-
- private:
-  PytorchCounterCapture capture_;
-};
 
 // Its state is its configuration (defineConfigState): loading an archive
 // that holds a capture starts a capture with the same options.
@@ -37,8 +21,7 @@ c10::intrusive_ptr<ScriptCapture> makeCapture(
     c10::IValue windowSize,
     std::optional<std::string> include,
     std::optional<std::string> exclude,
-    bool closeOnTime,
-    bool syncRanks) {
+    bool closeOnTime) {
   TORCH_CHECK_VALUE(
       !(windowSteps.has_value() && !windowSize.isNone()),
       "capture_pytorch_counters: give at most one of window_steps (a window "
@@ -57,7 +40,6 @@ c10::intrusive_ptr<ScriptCapture> makeCapture(
   options.include = std::move(include);
   options.exclude = std::move(exclude);
   options.closeOnTime = closeOnTime;
-  options.syncRanks = syncRanks; // the process default group
   return c10::make_intrusive<ScriptCapture>(std::move(options));
 }
 
@@ -72,8 +54,7 @@ Config configOf(ScriptCapture& self) {
            : c10::IValue(static_cast<double>(o.windowSize.count()) / 1000.0)},
       {"include", o.include ? c10::IValue(*o.include) : c10::IValue()},
       {"exclude", o.exclude ? c10::IValue(*o.exclude) : c10::IValue()},
-      {"close_on_time", o.closeOnTime},
-      {"sync_ranks", o.syncRanks}};
+      {"close_on_time", o.closeOnTime}};
 }
 
 } // namespace
@@ -97,16 +78,13 @@ void registerPytorchCounterClasses(torch::Library& m) {
          "'<key>.count', '<key>.sum', '<key>.max' and '<key>.mean'.\n\n"
          "Windows: window_steps (training steps, set_step) or window_size "
          "(seconds or a datetime.timedelta; 60 s when neither is given; "
-         "close_on_time=True closes them on time). sync_ranks=True merges "
-         "each key's windows across the ranks of the default process group. "
-         "A key first used before torch_monitor was imported is not seen "
+         "close_on_time=True closes them on time). A key first used before torch_monitor was imported is not seen "
          "(docs/pytorch_counters.md).",
          {torch::arg("window_steps") = c10::IValue(),
           torch::arg("window_size") = c10::IValue(),
           torch::arg("include") = c10::IValue(),
           torch::arg("exclude") = c10::IValue(),
-          torch::arg("close_on_time") = false,
-          torch::arg("sync_ranks") = false})
+          torch::arg("close_on_time") = false})
       .def(
           "remove",
           [](const Self& self) { self->capture().remove(); },
@@ -119,7 +97,7 @@ void registerPytorchCounterClasses(torch::Library& m) {
       .def(
           "keys",
           [](const Self& self) { return self->capture().keys(); },
-          "The keys captured so far, sorted");
+          "The keys captured so far, sorted (none once removed)");
 }
 
 } // namespace torch_monitor::script

@@ -1,0 +1,300 @@
+"""capture_pytorch_counters: PyTorch's own wait counters as Stats (issue 27).
+
+The oracle is PyTorch's own backend of the same counters, the control plane's
+``wait_counter_values`` handler (torch.distributed.debug's /wait_counters),
+called in-process: c10 hands every backend the same two clock readings per
+unit of work, and that handler adds whole microseconds, so for the units a
+capture saw, its count equals the handler's count difference, its max
+floors to the handler's max (when the handler's max is new), and its sum
+lies in [total, total + count) of the handler's total difference.
+"""
+
+import json
+import math
+import pathlib
+import sys
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+
+tm = pytest.importorskip("torch_monitor")
+
+from isolated import run_isolated  # noqa: E402
+
+c10d = pytest.importorskip("torch._C._distributed_c10d")
+
+PREFIX = "pytorch.wait_counter."
+
+
+class _Request(c10d._Request):
+    def body(self):
+        return b""
+
+    def params(self):
+        return {}
+
+
+class _Response(c10d._Response):
+    def __init__(self):
+        super().__init__()
+        self.content = None
+
+    def set_content(self, content, content_type):
+        self.content = content
+
+    def set_status(self, status):
+        pass
+
+
+def control_plane():
+    """{key: {total_calls, total_time_us, max_time_us, active_count}} from
+    PyTorch's own backend."""
+    response = _Response()
+    c10d._get_handler("wait_counter_values")(_Request(), response)
+    return json.loads(response.content)
+
+
+def captured(memory):
+    """{key: {statistic: value}} summed over the Stat events `memory` got."""
+    out = {}
+    for event in memory.events():
+        assert event.name == "torch.monitor.Stat"
+        for name, value in event.data.items():
+            key, _, statistic = name.rpartition(".")
+            entry = out.setdefault(key, {})
+            if statistic == "max":
+                entry[statistic] = max(entry.get(statistic, 0.0), value)
+            elif statistic != "mean":
+                entry[statistic] = entry.get(statistic, 0.0) + value
+    return out
+
+
+def assert_matches_control_plane(got, before, after, keys):
+    for key in keys:
+        then = before.get(key, {"total_calls": 0, "total_time_us": 0, "max_time_us": 0})
+        now = after[key]
+        calls = now["total_calls"] - then["total_calls"]
+        total = now["total_time_us"] - then["total_time_us"]
+        assert got[key]["count"] == calls, key
+        assert total <= got[key]["sum"] < total + calls, key
+        if now["max_time_us"] > then["max_time_us"]:
+            assert math.floor(got[key]["max"]) == now["max_time_us"], key
+
+
+@pytest.fixture
+def memory():
+    handler = tm.MemoryHandler(capacity=10_000)
+    handler.register()
+    yield handler
+    handler.unregister()
+
+
+def test_a_user_wait_counter_is_captured_as_the_control_plane_counts_it(memory):
+    counter = torch.monitor._WaitCounter("test.capture.user")
+    with counter.guard():  # first use: c10 attaches the backends now
+        pass
+    before = control_plane()
+    with tm.capture_pytorch_counters(window_size=3600.0) as capture:
+        for _ in range(7):
+            with counter.guard():
+                sum(range(1000))
+        assert capture.keys() == ["test.capture.user"]
+    assert capture.removed
+    assert_matches_control_plane(captured(memory), before, control_plane(), ["test.capture.user"])
+
+
+def test_tcpstore_operations_are_captured():
+    store = dist.TCPStore("127.0.0.1", 0, 1, True)
+    memory = tm.MemoryHandler(capacity=10_000)
+    memory.register()
+    before = control_plane()
+    with tm.capture_pytorch_counters(window_steps=1000, include="TCPStore"):
+        for i in range(5):
+            store.set(f"k{i}", "v")
+        store.get("k1")
+        store.add("n", 3)
+    memory.unregister()
+    keys = [PREFIX + f"TCPStore__{op}" for op in ("set", "get", "add")]
+    got = captured(memory)
+    assert sorted(got) == sorted(keys)
+    assert got[PREFIX + "TCPStore__set"]["count"] == 5
+    assert_matches_control_plane(got, before, control_plane(), keys)
+
+
+def test_compilation_is_captured(memory):
+    before = control_plane()
+    with tm.capture_pytorch_counters(include=r"compile"):
+        torch.compile(lambda x: x.cos() * 2, backend="eager")(torch.ones(3))
+    keys = [PREFIX + k for k in ("dynamo_compile", "entire_forward_compile", "compile_aot_autograd")]
+    got = captured(memory)
+    assert set(keys) <= set(got)
+    assert all(got[k]["count"] == 1 for k in keys)
+    assert_matches_control_plane(got, before, control_plane(), keys)
+
+
+def test_init_process_group_is_captured(memory, tmp_path):
+    before = control_plane()
+    with tm.capture_pytorch_counters(include=r"c10d\.", exclude="barrier"):
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+        dist.destroy_process_group()
+    key = PREFIX + "c10d.init_process_group"
+    got = captured(memory)
+    assert key in got and not any("barrier" in k for k in got)
+    assert_matches_control_plane(got, before, control_plane(), [key])
+
+
+def test_include_and_exclude_choose_keys(memory):
+    counters = {name: torch.monitor._WaitCounter(f"test.choose.{name}") for name in ("a", "b", "ab")}
+    with tm.capture_pytorch_counters(include=r"\.a", exclude="b$") as capture:
+        for counter in counters.values():
+            with counter.guard():
+                pass
+        assert capture.keys() == ["test.choose.a"]
+    assert sorted(captured(memory)) == ["test.choose.a"]
+
+
+def test_step_windows_close_at_set_step(memory):
+    counter = torch.monitor._WaitCounter("test.capture.steps")
+    tm.set_step(0)
+    try:
+        with tm.capture_pytorch_counters(window_steps=2):
+            for step in range(5):
+                tm.set_step(step)
+                with counter.guard():
+                    pass
+    finally:
+        tm.set_step(None)
+    counts = [(e.step, e.data["test.capture.steps.count"]) for e in memory.events()]
+    # Windows [0, 2), [2, 4), and the partial [4, 6) closed by remove().
+    assert counts == [(2, 2.0), (4, 2.0), (5, 1.0)]
+
+
+def test_a_unit_started_before_the_capture_is_not_its_own(memory):
+    counter = torch.monitor._WaitCounter("test.capture.straddle")
+    guard = counter.guard()
+    guard.__enter__()
+    with tm.capture_pytorch_counters():
+        guard.__exit__(None, None, None)
+        with counter.guard():
+            pass
+    assert captured(memory)["test.capture.straddle"]["count"] == 1
+
+
+def test_two_captures_each_log_their_own(memory):
+    counter = torch.monitor._WaitCounter("test.capture.two")
+    with tm.capture_pytorch_counters(), tm.capture_pytorch_counters(include="two"):
+        with counter.guard():
+            pass
+    assert [e.data["test.capture.two.count"] for e in memory.events()] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(window_steps=2, window_size=1.0), ValueError, "at most one of window_steps"),
+        (dict(window_steps=0), ValueError, "window_steps must be at least 1"),
+        (dict(window_size=0.0), ValueError, "window_size"),
+        (dict(window_steps=3, close_on_time=True), ValueError, "close_on_time applies to time windows"),
+        (dict(include="("), ValueError, "include '\\(' is not a regular expression"),
+        (dict(exclude="a\0b"), ValueError, "exclude"),
+        (dict(close_on_time="yes"), TypeError, "close_on_time"),
+    ],
+)
+def test_bad_input_is_refused_at_the_call(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        tm.capture_pytorch_counters(**kwargs)
+
+
+def test_arguments_are_keyword_only():
+    with pytest.raises(TypeError):
+        tm.capture_pytorch_counters(10)
+
+
+def test_at_most_64_captures_run_at_once():
+    captures = [tm.capture_pytorch_counters() for _ in range(64)]
+    with pytest.raises(ValueError, match="64 captures are active already"):
+        tm.capture_pytorch_counters()
+    captures.pop().remove()
+    tm.capture_pytorch_counters().remove()
+
+
+def test_removing_a_capture_while_threads_time_work_is_safe(memory):
+    counter = torch.monitor._WaitCounter("test.capture.threads")
+    stop = threading.Event()
+
+    def work():
+        while not stop.is_set():
+            with counter.guard():
+                pass
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(50):
+            tm.capture_pytorch_counters(window_size=0.001).remove()
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert all(e.data["test.capture.threads.count"] >= 1 for e in memory.events())
+
+
+def test_the_last_window_is_logged_at_exit_and_a_forked_child_captures_its_own(tmp_path):
+    """A capture never removed logs its open window at exit (the one exit
+    sequence); a child of fork() captures its own units, not the parent's."""
+    run_isolated(
+        f"""
+        import json, os, torch, torch_monitor as tm
+        counter = torch.monitor._WaitCounter("test.capture.exit")
+        capture = tm.capture_pytorch_counters(window_size=3600.0)
+        with counter.guard():
+            pass
+        pid = os.fork()
+        if pid == 0:
+            writer = tm.JsonLinesWriter({str(tmp_path / "child.jsonl")!r})
+            writer.register()
+            for _ in range(3):
+                with counter.guard():
+                    pass
+            raise SystemExit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        writer = tm.JsonLinesWriter({str(tmp_path / "parent.jsonl")!r})
+        writer.register()
+        with counter.guard():
+            pass
+        """,
+        timeout=120,
+    )
+
+    def counts(name):
+        lines = (tmp_path / name).read_text().splitlines()
+        return [json.loads(line)["data"]["test.capture.exit.count"] for line in lines]
+
+    assert counts("child.jsonl") == [3]
+    assert counts("parent.jsonl") == [2]
+
+
+def test_a_key_first_used_before_import_is_not_captured():
+    """c10 gives a key its backends at its first use."""
+    run_isolated(
+        """
+        import torch
+        early = torch.monitor._WaitCounter("test.capture.early")
+        with early.guard():
+            pass
+        import torch_monitor as tm
+        memory = tm.MemoryHandler(capacity=10)
+        memory.register()
+        with tm.capture_pytorch_counters() as capture:
+            with early.guard():
+                pass
+            with torch.monitor._WaitCounter("test.capture.late").guard():
+                pass
+            assert capture.keys() == ["test.capture.late"], capture.keys()
+        assert capture.keys() == []
+        """,
+        timeout=120,
+    )
