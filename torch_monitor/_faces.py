@@ -344,8 +344,15 @@ def _constructor(cls_name: str, schema: Any, spelling: Spelling) -> Callable[...
         f"    if _initialised(self):\n"
         f"        return\n"
         f"    given = _locals()\n"
-        f"    _before()\n"
-        f"    _init(self, _new({cls_name!r}, {values}, {{}}))\n"
+        f"    try:\n"
+        f"        _before()\n"
+        f"        _init(self, _new({cls_name!r}, {values}, {{}}))\n"
+        f"    except BaseException:\n"
+        # The object was never made: no traceback frame may keep it, since
+        # any use of it (a debugger's or pytest's repr of the frame's
+        # locals) would read its missing C++ object.
+        f"        del self, given\n"
+        f"        raise\n"
         f"    _after(self, given)\n"
     )
     exec(compile(source, f"<torch_monitor face {cls_name}.__init__>", "exec", dont_inherit=True), namespace)

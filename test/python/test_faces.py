@@ -9,6 +9,7 @@ import pydoc
 
 import pytest
 import torch
+from isolated import run_isolated
 
 tm = pytest.importorskip("torch_monitor")
 
@@ -116,3 +117,28 @@ def test_scripted_objects_read_back_are_equal_to_their_face():
     # the one C++ reducer: equal, and its face hashes as the module's does.
     assert monitor.core.reducer() == reducer.script_reducer
     assert hash(monitor.core.reducer()) == hash(reducer.script_reducer)
+
+
+def test_a_constructor_that_raises_leaves_no_half_made_object_in_the_traceback():
+    """pytest, debuggers and IDEs show the locals of a traceback's frames; a
+    face whose constructor raised was never made, and reading it crashed the
+    process (in a subprocess: a crash is the failure)."""
+    run_isolated(
+        """
+        import torch_monitor as tm
+        for make in (lambda: tm.Stat("s", ["mean"]),
+                     lambda: tm.capture_pytorch_counters(include="("),
+                     lambda: tm.JsonLinesWriter("x\\0y")):
+            try:
+                make()
+            except ValueError as e:
+                tb = e.__traceback__
+                while tb is not None:
+                    for value in list(tb.tb_frame.f_locals.values()):
+                        repr(value)
+                    tb = tb.tb_next
+            else:
+                raise AssertionError("no error")
+        """,
+        timeout=60,
+    )
