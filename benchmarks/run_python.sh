@@ -21,3 +21,6 @@ echo
 "$PYTHON" "$ROOT/benchmarks/python/bench_memory.py"
 echo
 "$PYTHON" "$ROOT/benchmarks/python/bench_training_step.py"
+
+echo
+"$PYTHON" "$ROOT/benchmarks/python/bench_pytorch_counters.py"

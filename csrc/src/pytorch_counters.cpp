@@ -118,6 +118,11 @@ using CaptureState = PytorchCounterCapture::State;
 
 class KeyBackend;
 
+// How many captures are running: the whole of start()'s work when none is
+// (a global, so that the test is one load, with no guard of a lazily made
+// object before it).
+std::atomic<int> runningCaptures{0};
+
 // The process-wide registry the backends read. Captures sit in slots;
 // stop() reads them inside a read section, and a removed capture is freed
 // only once every read section that could have seen it has ended (two
@@ -126,7 +131,6 @@ class KeyBackend;
 struct Registry {
   std::mutex slotsMutex; // serialises adding and removing captures
   std::array<std::atomic<CaptureState*>, kSlots> slots{};
-  std::atomic<int> captures{0}; // slots in use: the "no capture" test
   std::atomic<int> slotsEnd{0}; // 1 + the highest slot in use
   std::atomic<uint64_t> epoch{0};
   std::array<std::atomic<int64_t>, 2> readers{};
@@ -189,21 +193,21 @@ class KeyBackend final : public c10::monitor::detail::WaitCounterBackendIf {
   explicit KeyBackend(std::string_view key) : key_(key) {}
 
   intptr_t start(Clock::time_point now) noexcept override {
-    if (registry().captures.load(std::memory_order_relaxed) == 0) {
+    if (runningCaptures.load(std::memory_order_relaxed) == 0) {
       return 0; // stop() skips it
     }
     return static_cast<intptr_t>(nanosecondsOf(now));
   }
 
   void stop(Clock::time_point now, intptr_t ctx) noexcept override {
-    Registry& r = registry();
-    if (ctx == 0 || r.captures.load(std::memory_order_relaxed) == 0 ||
+    if (ctx == 0 || runningCaptures.load(std::memory_order_relaxed) == 0 ||
         detail::onLibraryThread()) {
       // The library's own threads (the rank sync's Store traffic, a
       // sink's writer) time torch_monitor's work, not the program's.
       return;
     }
     const double micros = static_cast<double>(nanosecondsOf(now) - ctx) / 1e3;
+    Registry& r = registry();
     ReadSection section;
     const int end = r.slotsEnd.load();
     for (int slot = 0; slot < end; ++slot) {
@@ -331,7 +335,7 @@ PytorchCounterCapture::PytorchCounterCapture(PytorchCounterOptions options)
       state_->startNs = nanosecondsOf(Clock::now());
       r.slots[slot].store(state_.get());
       r.slotsEnd.store(std::max(r.slotsEnd.load(), slot + 1));
-      r.captures.fetch_add(1);
+      runningCaptures.fetch_add(1);
       return;
     }
   }
@@ -368,7 +372,7 @@ void PytorchCounterCapture::remove() {
         "capture outside the handler");
     const int slot = state_->slot;
     r.slots[slot].store(nullptr);
-    r.captures.fetch_sub(1);
+    runningCaptures.fetch_sub(1);
     int end = r.slotsEnd.load();
     while (end > 0 && r.slots[end - 1].load() == nullptr) {
       --end;
