@@ -361,6 +361,23 @@ FACES["DifferenceMonitor"] = Spelling(
         },
     },
 )
+def _default_group_only(value: Any, where: str) -> bool:
+    """sync_ranks of a capture: True merges over the default process group
+    (set now). A capture makes each key's Stat when the key first comes, so
+    it takes the group the program uses by default, not another."""
+    if value is None or value is False:
+        return False
+    if value is True:
+        from . import _rank_sync
+
+        _rank_sync.resolve(True, prefix="capture_pytorch_counters: ", before="starting the capture")
+        return True
+    raise TypeError(
+        f"{where} must be a bool (True merges across the ranks of the default "
+        f"process group), got {type(value).__name__}"
+    )
+
+
 def _exit_capture(self: Any, *exc_info: Any) -> bool:
     self.remove()
     return False
@@ -371,7 +388,10 @@ def _exit_capture(self: Any, *exc_info: Any) -> bool:
 # process's backend, as a sink stands for an output: a copy is the same
 # capture, and pickling is refused.
 FACES["PytorchCounterCapture"] = Spelling(
-    kinds={"window_size": "optional seconds"},
+    kinds={
+        "window_size": "optional seconds",
+        "sync_ranks": Kind("bool", _default_group_only),
+    },
     positional=0,  # capture_pytorch_counters(*, window_steps=..., ...)
     properties={"removed": "removed"},
     methods={"__enter__": lambda self: self, "__exit__": _exit_capture},

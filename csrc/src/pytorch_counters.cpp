@@ -16,6 +16,7 @@
 #include <torch_monitor/detail/fork_safe_locks.h>
 #include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/detail/text.h>
+#include <torch_monitor/rank_sync.h>
 #include <torch_monitor/stat.h>
 
 namespace torch_monitor {
@@ -108,6 +109,9 @@ struct PytorchCounterCapture::State {
               options.windowSize,
               Stat<double>::kUnlimitedSamples,
               options.closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
+    if (options.syncRanks) {
+      stat->syncRanks(options.group);
+    }
     return stat;
   }
 };
@@ -324,6 +328,17 @@ PytorchCounterCapture::PytorchCounterCapture(PytorchCounterOptions options)
         " ms");
   }
   state_->options = options_;
+  if (options_.syncRanks && state_->options.group == nullptr) {
+    // Resolved now: each key's Stat joins the group when the key first
+    // comes, and the group must be the one the program meant at the start.
+    state_->options.group = defaultRankGroup();
+    TORCH_CHECK_VALUE(
+        state_->options.group != nullptr,
+        "capture_pytorch_counters: sync_ranks needs a rank group: set the "
+        "process default one (Python: torch.distributed.init_process_group; "
+        "C++: torch_monitor::setDefaultRankGroup) before starting the "
+        "capture, or give options.group");
+  }
   state_->include = compiled(options_.include, "include");
   state_->exclude = compiled(options_.exclude, "exclude");
 

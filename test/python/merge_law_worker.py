@@ -21,8 +21,12 @@ STEPS = 12
 
 
 def feed(obj, class_name, kwargs, rank, step):
-    """One step's samples (Stat, IntStat) or observations (Watch)."""
-    if class_name == "Watch":
+    """One step's samples (Stat, IntStat), observations (Watch) or timed
+    units of key "law<i>" (PytorchCounterCapture, whose include is ^law<i>$)."""
+    if class_name == "PytorchCounterCapture":
+        with torch.monitor._WaitCounter(kwargs["include"][1:-1]).guard():
+            pass
+    elif class_name == "Watch":
         n = len(kwargs["paths"])
         obj.observe([torch.full((3,), float(rank + step + k)) for k in range(n)], list(range(n)), [])
     elif class_name == "IntStat":
@@ -59,7 +63,7 @@ def main():
     tm.set_step(STEPS)
     tm._close_all_stats()  # the last windows, as at exit
     for obj, name, _ in made:
-        if name == "Watch":
+        if name in ("Watch", "PytorchCounterCapture"):
             obj.remove()
     tm.flush_rank_sync()
     tm.unregister_event_handler(handle)

@@ -84,6 +84,20 @@ def watch_base(i):
 
 
 ROWS = {
+    # A capture's windows are its keys' Stats: each key merges as a Stat of
+    # the capture's window (merge_law_worker.py times key "law<i>").
+    "PytorchCounterCapture": Row(
+        base=lambda i: {"include": f"^law{i}$", "window_steps": 4},
+        shape={"window": (("window_size", "window_steps"), {"window_steps": 8}, "window_steps=8")},
+        not_shape={
+            "include": "which keys it takes, not what a key's window holds",
+            "exclude": "which keys it takes, not what a key's window holds",
+            "close_on_time": "when a window closes, not what it holds",
+            "sync_ranks": "the switch itself",
+        },
+        owns=lambda i, e: any(k.startswith(f"law{i}.") for k in e["data"]),
+        ranks_key=lambda i: f"law{i}.ranks",
+    ),
     "Stat": stat_row("IntStat"),
     "IntStat": stat_row("Stat"),
     "Watch": Row(

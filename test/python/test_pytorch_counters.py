@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 tm = pytest.importorskip("torch_monitor")
 
-from isolated import run_isolated  # noqa: E402
+from isolated import run_isolated, run_ranks  # noqa: E402
 
 c10d = pytest.importorskip("torch._C._distributed_c10d")
 
@@ -298,3 +298,43 @@ def test_a_key_first_used_before_import_is_not_captured():
         """,
         timeout=120,
     )
+
+
+RANK_SCRIPT = """
+import json, sys, torch, torch.distributed as dist, torch_monitor as tm
+rank, init, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+events = []
+handle = tm.register_event_handler(lambda e: events.append((e.step, dict(e.data))))
+counter = torch.monitor._WaitCounter("test.capture.ranks")
+tm.set_step(0)
+with tm.capture_pytorch_counters(window_steps=4, include="ranks$", sync_ranks=True):
+    for step in range(8):
+        tm.set_step(step)
+        for _ in range(rank + 1):  # rank 0 times 1 unit a step, rank 1 two
+            with counter.guard():
+                pass
+    tm.set_step(8)
+    tm._close_all_stats()
+tm.flush_rank_sync()
+tm.unregister_event_handler(handle)
+json.dump(events, open(out, "w"))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_sync_ranks_merges_each_keys_windows_exactly(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    init = f"file://{tmp_path / 'store'}"
+    run_ranks(
+        [[sys.executable, "-P", str(script), str(r), init, str(tmp_path / f"rank{r}.json")] for r in (0, 1)],
+        timeout=120,
+    )
+    rank0 = json.loads((tmp_path / "rank0.json").read_text())
+    rank1 = json.loads((tmp_path / "rank1.json").read_text())
+    key = "test.capture.ranks"
+    # Two windows of 4 steps: 4 units of rank 0 and 8 of rank 1 each.
+    assert [(step, data[key + ".count"], data[key + ".ranks"]) for step, data in rank0] == [(4, 12.0, 2), (8, 12.0, 2)]
+    assert rank1 == []

@@ -19,6 +19,8 @@
 
 namespace torch_monitor {
 
+struct RankGroup; // rank_sync.h
+
 // What a capture takes and how it windows it; a plain value.
 struct PytorchCounterOptions {
   // Windows of this many training steps (set_step) when > 0; else windows
@@ -32,6 +34,11 @@ struct PytorchCounterOptions {
   std::optional<std::string> exclude;
   // Time windows only: the window timer closes them (WindowClose::ON_TIME).
   bool closeOnTime = false;
+  // Merge each key's windows across the ranks of `group` (nullptr: the
+  // process default group, which must be set when the capture starts), as
+  // Stat::syncRanks does: rank 0 logs each window of all ranks.
+  bool syncRanks = false;
+  std::shared_ptr<const RankGroup> group;
 };
 
 // One capture: from its construction to remove() (or its destruction),
@@ -57,7 +64,7 @@ class TORCH_MONITOR_API PytorchCounterCapture {
   static constexpr int kMaxCaptures = 64;
 
   // Throws c10::ValueError for a window Stat refuses, close_on_time with
-  // step windows, a regular expression that does not compile, text that is
+  // step windows, syncRanks without a group (none given, no default set), a regular expression that does not compile, text that is
   // not UTF-8 or holds NUL, or a capture beyond kMaxCaptures.
   explicit PytorchCounterCapture(PytorchCounterOptions options = {});
   ~PytorchCounterCapture();

@@ -21,7 +21,8 @@ c10::intrusive_ptr<ScriptCapture> makeCapture(
     c10::IValue windowSize,
     std::optional<std::string> include,
     std::optional<std::string> exclude,
-    bool closeOnTime) {
+    bool closeOnTime,
+    bool syncRanks) {
   TORCH_CHECK_VALUE(
       !(windowSteps.has_value() && !windowSize.isNone()),
       "capture_pytorch_counters: give at most one of window_steps (a window "
@@ -40,6 +41,7 @@ c10::intrusive_ptr<ScriptCapture> makeCapture(
   options.include = std::move(include);
   options.exclude = std::move(exclude);
   options.closeOnTime = closeOnTime;
+  options.syncRanks = syncRanks; // the process default group
   return c10::make_intrusive<ScriptCapture>(std::move(options));
 }
 
@@ -54,7 +56,8 @@ Config configOf(ScriptCapture& self) {
            : c10::IValue(static_cast<double>(o.windowSize.count()) / 1000.0)},
       {"include", o.include ? c10::IValue(*o.include) : c10::IValue()},
       {"exclude", o.exclude ? c10::IValue(*o.exclude) : c10::IValue()},
-      {"close_on_time", o.closeOnTime}};
+      {"close_on_time", o.closeOnTime},
+      {"sync_ranks", o.syncRanks}};
 }
 
 } // namespace
@@ -78,13 +81,16 @@ void registerPytorchCounterClasses(torch::Library& m) {
          "'<key>.count', '<key>.sum', '<key>.max' and '<key>.mean'.\n\n"
          "Windows: window_steps (training steps, set_step) or window_size "
          "(seconds or a datetime.timedelta; 60 s when neither is given; "
-         "close_on_time=True closes them on time). A key first used before torch_monitor was imported is not seen "
+         "close_on_time=True closes them on time). sync_ranks=True merges "
+         "each key's windows across the ranks of the default process group "
+         "(rank 0 logs them). A key first used before torch_monitor was imported is not seen "
          "(docs/pytorch_counters.md).",
          {torch::arg("window_steps") = c10::IValue(),
           torch::arg("window_size") = c10::IValue(),
           torch::arg("include") = c10::IValue(),
           torch::arg("exclude") = c10::IValue(),
-          torch::arg("close_on_time") = false})
+          torch::arg("close_on_time") = false,
+          torch::arg("sync_ranks") = false})
       .def(
           "remove",
           [](const Self& self) { self->capture().remove(); },
