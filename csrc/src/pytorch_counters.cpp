@@ -57,33 +57,54 @@ std::optional<std::regex> compiled(
 
 } // namespace
 
-// What a capture holds: the slot readers find it in, and one Stat per key
-// it has taken.
+// One key of one capture: its Stat, freed by whoever drops the last
+// reference: the capture (remove()) or a unit still being added to it, so
+// that remove() never waits for a unit whose window close runs event
+// handlers (a Python one may wait for the GIL that remove()'s caller holds).
+// Thread safety: refs is atomic; the Stat is thread-safe.
+struct CapturedKey {
+  explicit CapturedKey(std::unique_ptr<Stat<double>> s) : stat(std::move(s)) {}
+  std::unique_ptr<Stat<double>> stat;
+  std::atomic<int64_t> refs{1}; // the capture's, plus one per unit adding
+
+  void release() noexcept {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Logs the open window (a throwing handler is a warning there).
+      delete this;
+    }
+  }
+};
+
+// What a capture holds: the slot readers find it in, and one CapturedKey
+// per key it has taken.
 struct PytorchCounterCapture::State {
   int slot = -1;
   int64_t startNs = 0; // units that started before are not the capture's
   PytorchCounterOptions options;
   std::optional<std::regex> include;
   std::optional<std::regex> exclude;
-  std::mutex mutex; // guards stats
-  std::map<std::string, std::unique_ptr<Stat<double>>> stats;
+  // Guards keys; rebuilt in a child of fork() (a thread of the parent may
+  // have held it there, making a key's Stat).
+  detail::ForkSafeMutex mutex;
+  // Every key asked about; nullptr for those the capture does not take.
+  std::map<std::string, CapturedKey*> keys;
 
   bool takes(const std::string& key) const {
     return (!include || std::regex_search(key, *include)) &&
         !(exclude && std::regex_search(key, *exclude));
   }
-  // The Stat of `key`, made now if needed; nullptr when the capture does
-  // not take the key (or its Stat cannot be made: warned once).
-  Stat<double>* statOf(const std::string& key) {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto found = stats.find(key);
-    if (found != stats.end()) {
-      return found->second.get();
+  // The CapturedKey of `key`, made now if needed; nullptr when the capture
+  // does not take the key (or its Stat cannot be made: warned once).
+  CapturedKey* keyOf(const std::string& key) {
+    std::lock_guard<std::recursive_mutex> lock(mutex.current());
+    auto found = keys.find(key);
+    if (found != keys.end()) {
+      return found->second;
     }
-    std::unique_ptr<Stat<double>> stat;
+    CapturedKey* captured = nullptr;
     if (takes(key)) {
       try {
-        stat = makeStat(key);
+        captured = new CapturedKey(makeStat(key));
       } catch (const std::exception& e) {
         TORCH_WARN(
             "torch_monitor: PyTorch's counter '",
@@ -93,7 +114,7 @@ struct PytorchCounterCapture::State {
       }
     }
     // nullptr is kept too: the key is asked about once per capture.
-    return stats.emplace(key, std::move(stat)).first->second.get();
+    return keys.emplace(key, captured).first->second;
   }
 
  private:
@@ -128,10 +149,11 @@ class KeyBackend;
 std::atomic<int> runningCaptures{0};
 
 // The process-wide registry the backends read. Captures sit in slots;
-// stop() reads them inside a read section, and a removed capture is freed
-// only once every read section that could have seen it has ended (two
-// epochs, so that neither a stream of new readers nor a reader that read
-// the epoch long ago is missed).
+// stop() reads them inside a read section, which takes a reference to each
+// key it will add to and runs no event handler, and a removed capture's slot is
+// reused only once every read section that could have seen it has ended
+// (two epochs, so that neither a stream of new readers nor a reader that
+// read the epoch long ago is missed).
 struct Registry {
   std::mutex slotsMutex; // serialises adding and removing captures
   std::array<std::atomic<CaptureState*>, kSlots> slots{};
@@ -156,20 +178,14 @@ Registry& registry() {
   return *instance;
 }
 
-// The read sections this thread is in: remove() there would wait for
-// itself.
-thread_local int readDepth = 0;
-
 class ReadSection {
  public:
   ReadSection() noexcept {
     Registry& r = registry();
     parity_ = r.epoch.load() & 1;
     r.readers[parity_].fetch_add(1);
-    ++readDepth;
   }
   ~ReadSection() {
-    --readDepth;
     registry().readers[parity_].fetch_sub(1);
   }
   ReadSection(const ReadSection&) = delete;
@@ -211,23 +227,34 @@ class KeyBackend final : public c10::monitor::detail::WaitCounterBackendIf {
       return;
     }
     const double micros = static_cast<double>(nanosecondsOf(now) - ctx) / 1e3;
-    Registry& r = registry();
-    ReadSection section;
-    const int end = r.slotsEnd.load();
-    for (int slot = 0; slot < end; ++slot) {
-      CaptureState* capture = r.slots[slot].load();
-      if (capture == nullptr || capture->startNs > ctx) {
-        continue;
+    // The keys to add to, each with a reference taken inside the read
+    // section; the adds (which may close windows and run handlers) after it.
+    std::array<CapturedKey*, kSlots> taken;
+    int count = 0;
+    {
+      Registry& r = registry();
+      ReadSection section;
+      const int end = r.slotsEnd.load();
+      for (int slot = 0; slot < end; ++slot) {
+        CaptureState* capture = r.slots[slot].load();
+        if (capture == nullptr || capture->startNs > ctx) {
+          continue;
+        }
+        CapturedKey* key = cache_[slot].load(std::memory_order_acquire);
+        if (key == nullptr) {
+          key = capture->keyOf(key_);
+          cache_[slot].store(
+              key == nullptr ? notTaken() : key, std::memory_order_release);
+        }
+        if (key != nullptr && key != notTaken()) {
+          key->refs.fetch_add(1, std::memory_order_relaxed);
+          taken[count++] = key;
+        }
       }
-      Stat<double>* stat = cache_[slot].load(std::memory_order_acquire);
-      if (stat == nullptr) {
-        stat = capture->statOf(key_);
-        cache_[slot].store(
-            stat == nullptr ? notTaken() : stat, std::memory_order_release);
-      }
-      if (stat != nullptr && stat != notTaken()) {
-        record(*stat, micros);
-      }
+    }
+    for (int i = 0; i < count; ++i) {
+      record(*taken[i]->stat, micros);
+      taken[i]->release();
     }
   }
 
@@ -257,16 +284,16 @@ class KeyBackend final : public c10::monitor::detail::WaitCounterBackendIf {
   }
 
   // The cache entry of a key its capture does not take (an address no
-  // Stat has; never dereferenced).
-  static Stat<double>* notTaken() noexcept {
+  // CapturedKey has; never dereferenced).
+  static CapturedKey* notTaken() noexcept {
     static char mark;
-    return reinterpret_cast<Stat<double>*>(&mark);
+    return reinterpret_cast<CapturedKey*>(&mark);
   }
 
   const std::string key_;
-  // Per slot: the key's Stat in that slot's capture, notTaken(), or nullptr
-  // before the capture was asked.
-  std::array<std::atomic<Stat<double>*>, kSlots> cache_{};
+  // Per slot: the key's entry in that slot's capture, notTaken(), or
+  // nullptr before the capture was asked.
+  std::array<std::atomic<CapturedKey*>, kSlots> cache_{};
 };
 
 class KeyBackendFactory final
@@ -374,17 +401,12 @@ PytorchCounterCapture::~PytorchCounterCapture() {
 
 void PytorchCounterCapture::remove() {
   Registry& r = registry();
-  std::map<std::string, std::unique_ptr<Stat<double>>> stats;
+  std::map<std::string, CapturedKey*> keys;
   {
     std::lock_guard<std::mutex> lock(r.slotsMutex);
     if (state_->slot < 0) {
       return;
     }
-    TORCH_CHECK(
-        readDepth == 0,
-        "capture_pytorch_counters: remove() called from an event handler "
-        "that a captured counter runs would wait for itself; remove the "
-        "capture outside the handler");
     const int slot = state_->slot;
     r.slots[slot].store(nullptr);
     runningCaptures.fetch_sub(1);
@@ -393,6 +415,9 @@ void PytorchCounterCapture::remove() {
       --end;
     }
     r.slotsEnd.store(end);
+    // Read sections run no event handler (nor Python), so this wait is
+    // short; once it ends no backend can reach this capture, and its slot
+    // may be reused.
     waitForReaders();
     {
       std::lock_guard<std::mutex> backends(r.backendsMutex);
@@ -401,11 +426,16 @@ void PytorchCounterCapture::remove() {
       }
     }
     state_->slot = -1;
-    std::lock_guard<std::mutex> statsLock(state_->mutex);
-    stats.swap(state_->stats);
+    std::lock_guard<std::recursive_mutex> keysLock(state_->mutex.current());
+    keys.swap(state_->keys);
   }
-  // Outside the locks: each Stat logs its open window, running handlers.
-  stats.clear();
+  // Outside the locks: each key's Stat logs its open window, running
+  // handlers, here or, if a unit is being added to it, after that add.
+  for (const auto& [name, key] : keys) {
+    if (key != nullptr) {
+      key->release();
+    }
+  }
 }
 
 bool PytorchCounterCapture::removed() const noexcept {
@@ -414,11 +444,11 @@ bool PytorchCounterCapture::removed() const noexcept {
 }
 
 std::vector<std::string> PytorchCounterCapture::keys() const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::lock_guard<std::recursive_mutex> lock(state_->mutex.current());
   std::vector<std::string> out;
-  for (const auto& [key, stat] : state_->stats) {
-    if (stat != nullptr) {
-      out.push_back(key);
+  for (const auto& [name, key] : state_->keys) {
+    if (key != nullptr) {
+      out.push_back(name);
     }
   }
   return out;

@@ -338,3 +338,36 @@ def test_sync_ranks_merges_each_keys_windows_exactly(tmp_path):
     # Two windows of 4 steps: 4 units of rank 0 and 8 of rank 1 each.
     assert [(step, data[key + ".count"], data[key + ".ranks"]) for step, data in rank0] == [(4, 12.0, 2), (8, 12.0, 2)]
     assert rank1 == []
+
+
+def test_removing_a_capture_never_waits_for_a_python_handler():
+    """TCPStore operations run without the GIL, so a window they close runs
+    a Python handler that must take it; a capture dropped meanwhile (its
+    destructor runs with the GIL held) must not wait for that handler (in a
+    subprocess: a deadlock is the failure)."""
+    run_isolated(
+        """
+        import threading, time
+        import torch.distributed as dist
+        import torch_monitor as tm
+        store = dist.TCPStore("127.0.0.1", 0, 1, True)
+        seen = []
+        tm.register_event_handler(lambda event: seen.append(event.name))
+        stop = threading.Event()
+
+        def work():
+            while not stop.is_set():
+                store.set("key", "value")
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        for _ in range(300):
+            capture = tm.capture_pytorch_counters(window_size=0.001, include="TCPStore__set")
+            time.sleep(0.002)
+            del capture  # removed by its destructor, with the GIL held
+        stop.set()
+        thread.join()
+        assert seen, "no window was logged"
+        """,
+        timeout=60,
+    )

@@ -56,9 +56,9 @@ struct PytorchCounterOptions {
 // captures may run at once (at most kMaxCaptures); each logs its own events.
 //
 // Thread safety: every method may be called from any thread, while other
-// threads time work; remove() waits for the units being recorded into this
-// capture to finish, and must not be called from an event handler that a
-// captured unit runs (it would wait for itself: c10::Error).
+// threads time work, and from event handlers. remove() never waits for a
+// unit being added (whose window close may run handlers): a key's Stat
+// then logs its last window when that add ends, on the adding thread.
 class TORCH_MONITOR_API PytorchCounterCapture {
  public:
   static constexpr int kMaxCaptures = 64;
