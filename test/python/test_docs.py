@@ -1,18 +1,21 @@
 """Every code block of README.md and docs/*.md runs or compiles, so the docs
 cannot drift from the code.
 
-* ```python blocks are executed, each in a fresh process in a scratch folder.
+* ```python blocks are executed, each in a fresh process in a scratch folder,
+  exactly as a reader sees them: a block brings its own imports and model. A
+  block whose first line is ``# Continues the block above.`` runs after the
+  Python block above it in the same file (which may continue its own), as a
+  reader runs them one after the other.
 * ```cpp blocks are compiled against the installed package, all in one
   translation unit (one compiler run): each block in a function of its own
   namespace, with `#line` pointing compiler errors at the Markdown line.
-  They are compiled, not linked or run.
+  They are compiled, not linked or run. As fragments of a training program,
+  they may use names a prelude declares here: ``<!-- test-with: NAME -->``
+  just before the block (``model``, ``trainStep``, ...).
 
-Blocks are fragments of a training program, so a comment just before a block
-may name a prelude defined here: ``<!-- test-with: NAME -->`` (its code comes
-first: the names the block uses but does not define, such as ``model`` or
-``train_step``). A block that cannot run on its own says why:
-``<!-- skip-test: REASON -->``; test_skipped_blocks_are_few lists and counts
-them. Other languages (bash, cmake, json) are not run.
+A block that cannot run on its own says why: ``<!-- skip-test: REASON -->``;
+test_skipped_blocks_are_few lists and counts them. Other languages (bash,
+cmake, json) are not run.
 """
 
 import dataclasses
@@ -32,85 +35,7 @@ DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Skips are reviewed when this grows: a skipped block is a block that can drift.
 MAX_SKIPPED = 12
 
-# ------------------------------------------------------------ preludes
-
-PYTHON_PRELUDES = {
-    # A tiny model trained on random data: `model` (with `fc` and `bn`), the
-    # data (`x`, `y`, `data`, `batches`), `train_step` (one SGD step; any
-    # arguments, returns the loss as a tensor), and a scriptable `Net` whose
-    # `block` holds a `state` tensor.
-    "training": """
-        import datetime
-        from datetime import timedelta
-        import torch
-        import torch_monitor
-        import torch_monitor as monitor
-        torch.manual_seed(0)
-
-        class _Block(torch.nn.Module):
-            state: torch.Tensor
-
-            def __init__(self) -> None:
-                super().__init__()
-                self.register_buffer("state", torch.zeros(4))
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                self.state.add_(x.mean(0))
-                return x
-
-        class Net(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.fc = torch.nn.Linear(4, 4)
-                self.bn = torch.nn.BatchNorm1d(4)
-                self.block = _Block()
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                out: torch.Tensor = self.block(self.bn(self.fc(x)))
-                return out
-
-        model: torch.nn.Module = Net()  # the "pt2" prelude makes it a Model
-        x, y = torch.randn(8, 4), torch.randn(8, 4)
-        data = [(torch.randn(8, 4), torch.randn(8, 4)) for _ in range(3)]
-        batches = [torch.randn(8, 4) for _ in range(3)]
-
-        def train_step(*args: object) -> torch.Tensor:
-            loss: torch.Tensor = (model(x) - y).square().mean()
-            loss.backward()
-            with torch.no_grad():
-                for p in model.parameters():
-                    if p.grad is not None:
-                        p.sub_(0.01 * p.grad)
-                        p.grad = None
-            return loss.detach()
-    """,
-    # For torch.compile and torch.export: a `Model` whose forward() adds its
-    # loss to a Stat and moves a BatchNorm's running mean; `model` is one.
-    "pt2": """
-        class Model(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.stat = torch_monitor.Stat("loss", [torch_monitor.MEAN], timedelta(seconds=60))
-                self.bn = torch.nn.BatchNorm1d(4)
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                loss: torch.Tensor = self.bn(x).square().mean()
-                self.stat.add(loss)
-                return loss
-
-        model = Model()
-    """,
-    # A process group of one rank (gloo, env://: the variables a launcher
-    # sets), so that multi-rank code runs as rank 0 of a world of 1; `rank`,
-    # `world_size`, `steps` and a `loader` for the loops.
-    "distributed": """
-        import os, socket
-        import torch.distributed as dist
-        with socket.socket() as _s:
-            _s.bind(("127.0.0.1", 0))
-            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_s.getsockname()[1]),
-                              RANK="0", WORLD_SIZE="1")
-        rank, world_size, steps = 0, 1, 3
-        loader = data
-    """,
-}
+# ------------------------------------------------------------ preludes (C++)
 
 CPP_PRELUDES = {
     # Declared, not defined: the blocks are compiled, never linked.
@@ -141,7 +66,7 @@ CPP_PRELUDES = {
 
 # ------------------------------------------------------------ the blocks
 
-MARKER = re.compile(r"<!--\s*(skip-test|test-with)\s*:\s*(.*?)\s*-->", re.S)
+MARKER = re.compile(r"<!--\s*(skip-test|test-with|launch)\s*:\s*(.*?)\s*-->", re.S)
 
 
 @dataclasses.dataclass
@@ -152,6 +77,11 @@ class Block:
     code: str
     skip: str = ""  # the reason, when skipped
     preludes: tuple = ()
+    # The Python block this one continues (its first line says so).
+    continues: "Block | None" = None
+    # How the text says to run it, when not `python file.py` (a torchrun
+    # command line without the file).
+    launch: str = ""
 
     @property
     def where(self):
@@ -175,6 +105,8 @@ def blocks_of(path):
         for kind, value in MARKER.findall(above[last_fence + 1:] if last_fence >= 0 else above):
             if kind == "skip-test":
                 block.skip = value
+            elif kind == "launch":
+                block.launch = value
             else:
                 block.preludes += tuple(value.split())
         blocks.append(block)
@@ -182,8 +114,15 @@ def blocks_of(path):
     return blocks
 
 
+CONTINUES = "# Continues the block above."
+
 ALL_BLOCKS = [b for path in DOC_FILES for b in blocks_of(path)]
 PYTHON_BLOCKS = [b for b in ALL_BLOCKS if b.language == "python"]
+for _before, _block in zip([None] + PYTHON_BLOCKS, PYTHON_BLOCKS):
+    if _block.code.startswith(CONTINUES):
+        assert _before is not None and _before.path == _block.path, (
+            f"{_block.where} continues no Python block above it in its file")
+        _block.continues = _before
 CPP_BLOCKS = [b for b in ALL_BLOCKS if b.language == "cpp"]
 # The Python blocks that run (test_typing.py also type-checks them).
 RUNNABLE_PYTHON_BLOCKS = [b for b in PYTHON_BLOCKS if not b.skip]
@@ -195,9 +134,20 @@ def test_blocks_were_found():
 
 def test_markers_name_known_preludes():
     for block in ALL_BLOCKS:
-        known = PYTHON_PRELUDES if block.language == "python" else CPP_PRELUDES
+        if block.language == "python":
+            # A reader sees no prelude: the block says what it needs.
+            assert not block.preludes, (
+                f"{block.where}: a Python block runs as shown; give it its imports "
+                f"and model, or start it with {CONTINUES!r}")
+            continue
         for name in block.preludes:
-            assert name in known, f"{block.where}: no prelude {name!r} for {block.language}"
+            assert name in CPP_PRELUDES, f"{block.where}: no prelude {name!r} for {block.language}"
+
+
+def test_a_block_continues_only_a_block_that_runs():
+    for block in RUNNABLE_PYTHON_BLOCKS:
+        if block.continues is not None:
+            assert not block.continues.skip, f"{block.where} continues a skipped block"
 
 
 def test_skipped_blocks_are_few():
@@ -210,19 +160,32 @@ def test_skipped_blocks_are_few():
 # ------------------------------------------------------------ Python
 
 
-def prelude_source(block):
-    """The code of the module holding a Python block's preludes, in order."""
-    return (
-        "import warnings\nwarnings.simplefilter('ignore', DeprecationWarning)\n"
-        + "".join(textwrap.dedent(PYTHON_PRELUDES[p]) for p in block.preludes)
-    )
+# What every block's module runs first.
+HEADER = "import warnings\nwarnings.simplefilter('ignore', DeprecationWarning)\n"
 
 
-def block_source(block, prelude_module="doc_prelude"):
+def module_name(block):
+    return f"doc_block_{PYTHON_BLOCKS.index(block)}"
+
+
+def block_source(block):
     """The code of a Python block as a module of its own, which star-imports
-    its preludes from ``prelude_module``: its line numbers are the Markdown
-    file's, so tracebacks (and test_typing.py's mypy errors) point at the doc."""
-    return f"from {prelude_module} import *  # noqa\n" + "\n" * (block.line - 2) + block.code
+    the block it continues (or the header): its line numbers are the
+    Markdown file's, so tracebacks (and test_typing.py's mypy errors) point
+    at the doc."""
+    base = module_name(block.continues) if block.continues else "doc_header"
+    return f"from {base} import *  # noqa\n" + "\n" * (block.line - 2) + block.code
+
+
+def write_chain(block, folder):
+    """Writes the modules of `block` and of the blocks it continues, and the
+    header, into `folder`; returns the block's file."""
+    (folder / "doc_header.py").write_text(HEADER)
+    chain = block
+    while chain is not None:
+        (folder / f"{module_name(chain)}.py").write_text(block_source(chain))
+        chain = chain.continues
+    return folder / f"{module_name(block)}.py"
 
 
 @pytest.mark.parametrize(
@@ -230,17 +193,23 @@ def block_source(block, prelude_module="doc_prelude"):
 )
 def test_python_block_runs(block, tmp_path):
     import_torch_monitor()
-    (tmp_path / "doc_prelude.py").write_text(prelude_source(block))
-    # A real file: TorchScript reads the source of what it scripts.
-    script = tmp_path / "doc_block.py"
-    script.write_text(block_source(block))
+    # Real files: TorchScript reads the source of what it scripts.
+    script = write_chain(block, tmp_path)
+    command = [sys.executable, str(script)]  # its folder first: the chain's modules
+    if block.launch:
+        # The text says it, e.g. "torchrun --standalone --nproc-per-node 2".
+        launcher, *options = block.launch.split()
+        assert launcher == "torchrun", f"{block.where}: unknown launcher {launcher!r}"
+        assert f"torchrun {' '.join(options)}" in block.path.read_text().replace(block.code, ""), (
+            f"{block.where}: the text must show how it is launched: torchrun {' '.join(options)}")
+        command = [sys.executable, "-m", "torch.distributed.run", *options, str(script)]
     proc = subprocess.run(
-        [sys.executable, str(script)],  # its folder first: doc_prelude
+        command,
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
         env=dict(os.environ, PYTHONFAULTHANDLER="1"),
     )
     assert proc.returncode == 0, (
-        f"{block.where} (doc_block.py's line numbers are the doc's):\n"
+        f"{block.where} ({script.name}'s line numbers are the doc's):\n"
         f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     )
 

@@ -7,18 +7,17 @@ line marked `# error:`. Both are checked from a scratch folder, so the
 installed package is what mypy reads, not the source tree.
 
 The docs are typed examples too: every Python block of README.md and
-docs/*.md that test_docs.py runs, with its preludes, passes `mypy --strict`
-(one mypy run over all of them, each block a module whose line numbers are
-the Markdown file's; the errors are reported at the Markdown lines).
+docs/*.md that test_docs.py runs passes `mypy --strict` (one mypy run over
+all of them, each block a module whose line numbers are the Markdown
+file's, importing the block it continues; the errors are reported at the
+Markdown lines).
 """
 
-import dataclasses
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -81,9 +80,9 @@ DOCS_MYPY_CONFIG = """
 # torch.jit.load and Tensor.backward are not annotated in torch: calling
 # them is an untyped call, which is torch's gap, not the docs'.
 untyped_calls_exclude = torch.jit, torch._tensor.Tensor.backward
-# The names a prelude imports (torch, torch_monitor, ...) reach its blocks
-# through `from doc_preludes.X import *`, as when the blocks run.
-[mypy-doc_preludes.*]
+# torch.distributed re-exports TCPStore (and the other c10d classes) without
+# saying so in a way mypy --strict accepts: torch's gap, not the docs'.
+[mypy-torch.distributed]
 implicit_reexport = True
 # Optional dependencies the docs use, which ship no type information.
 [mypy-tensorboard.*]
@@ -91,53 +90,30 @@ ignore_missing_imports = True
 """
 
 
-def prelude_lines(block):
-    """For each line of the module test_docs.prelude_source(block) writes:
-    its line in test_docs.py (None for the lines it adds), so that an error
-    in a prelude is reported once, where the prelude is written."""
-    source = pathlib.Path(test_docs.__file__).read_text().splitlines()
-    header = test_docs.prelude_source(dataclasses.replace(block, preludes=()))
-    lines = [None] * len(header.splitlines())
-    for name in block.preludes:
-        first = source.index(f'    "{name}": """')  # the prelude's empty first line
-        size = len(textwrap.dedent(test_docs.PYTHON_PRELUDES[name]).splitlines())
-        lines += range(first + 1, first + 1 + size)
-    written = test_docs.prelude_source(block).splitlines()
-    assert len(lines) == len(written)
-    for line, text in zip(lines, written):
-        assert line is None or source[line - 1].strip().endswith(text.strip()), (line, text)
-    return lines
-
-
 def test_doc_blocks_pass_mypy_strict(tmp_path, mypy_cache):
     """One mypy run over every block test_docs.py runs, each in a module of
     its own (test_docs.block_source: doc_block_N.py, whose line numbers are
-    the Markdown file's) which star-imports its preludes from
-    doc_preludes/with_NAMES.py (test_docs.prelude_source). The errors are
-    listed at the Markdown lines, and at test_docs.py's for the preludes."""
+    the Markdown file's). The errors are listed at the Markdown lines."""
     blocks = test_docs.RUNNABLE_PYTHON_BLOCKS
     assert blocks
-    (tmp_path / "doc_preludes").mkdir()
-    (tmp_path / "doc_preludes" / "__init__.py").write_text("")
     (tmp_path / "mypy.ini").write_text(DOCS_MYPY_CONFIG)
-    where = {}  # file written: {its line: "file:line" to report}
-    for n, block in enumerate(blocks):
-        prelude = "with_" + ("_".join(block.preludes) or "none")
-        path = f"doc_preludes/{prelude}.py"
-        if path not in where:
-            (tmp_path / path).write_text(test_docs.prelude_source(block))
-            where[path] = {
-                i + 1: f"test/python/test_docs.py:{line}"
-                for i, line in enumerate(prelude_lines(block)) if line
-            }
-        source = test_docs.block_source(block, f"doc_preludes.{prelude}")
-        (tmp_path / f"doc_block_{n}.py").write_text(source)
+    where = {"doc_header.py": {}}  # file written: {its line: "file:line" to report}
+    for block in blocks:
+        test_docs.write_chain(block, tmp_path)
+        source = test_docs.block_source(block)
         doc = block.path.relative_to(test_docs.ROOT)
-        where[f"doc_block_{n}.py"] = {
+        where[f"{test_docs.module_name(block)}.py"] = {
             line: f"{doc}:{line}" for line in range(1, source.count("\n") + 2)
         }
+    continued = sorted({test_docs.module_name(b.continues) for b in blocks if b.continues})
+    if continued:
+        # The names a block imports (torch, torch_monitor, ...) reach the
+        # block that continues it through `from doc_block_N import *`, as
+        # when the blocks run.
+        with open(tmp_path / "mypy.ini", "a") as config:
+            config.write(f"[mypy-{','.join(continued)}]\nimplicit_reexport = True\n")
     status, output = mypy(tmp_path, mypy_cache, "--config-file", "mypy.ini", *where)
-    messages = []  # at the Markdown lines; a prelude's once, whatever uses it
+    messages = []  # at the Markdown lines, each once
     for line in output.splitlines():
         m = re.match(r"([\w/]+\.py):(\d+):(.*)", line)
         if m and int(m.group(2)) in where.get(m.group(1), {}):
