@@ -6,6 +6,8 @@ cannot drift from the code.
   block whose first line is ``# Continues the block above.`` runs after the
   Python block above it in the same file (which may continue its own), as a
   reader runs them one after the other.
+* ```bash blocks marked ``<!-- test-run: repository root -->`` run verbatim
+  (bash -e) from the repository root, as their text says to run them.
 * ```cpp blocks are compiled against the installed package, all in one
   translation unit (one compiler run): each block in a function of its own
   namespace, with `#line` pointing compiler errors at the Markdown line.
@@ -66,7 +68,7 @@ CPP_PRELUDES = {
 
 # ------------------------------------------------------------ the blocks
 
-MARKER = re.compile(r"<!--\s*(skip-test|test-with|launch)\s*:\s*(.*?)\s*-->", re.S)
+MARKER = re.compile(r"<!--\s*(skip-test|test-with|launch|test-run)\s*:\s*(.*?)\s*-->", re.S)
 
 
 @dataclasses.dataclass
@@ -82,6 +84,8 @@ class Block:
     # How the text says to run it, when not `python file.py` (a torchrun
     # command line without the file).
     launch: str = ""
+    # A shell block run verbatim: where from ("repository root").
+    run_from: str = ""
 
     @property
     def where(self):
@@ -107,6 +111,8 @@ def blocks_of(path):
                 block.skip = value
             elif kind == "launch":
                 block.launch = value
+            elif kind == "test-run":
+                block.run_from = value
             else:
                 block.preludes += tuple(value.split())
         blocks.append(block)
@@ -212,6 +218,26 @@ def test_python_block_runs(block, tmp_path):
         f"{block.where} ({script.name}'s line numbers are the doc's):\n"
         f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     )
+
+
+# ------------------------------------------------------------ shell
+
+SHELL_BLOCKS = [b for b in ALL_BLOCKS if b.language == "bash" and b.run_from]
+
+
+def test_shell_blocks_say_where_they_run():
+    for block in SHELL_BLOCKS:
+        assert block.run_from == "repository root", f"{block.where}: run from where? {block.run_from!r}"
+
+
+@requires_toolchain
+@pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda b: b.where)
+def test_shell_block_runs_as_written(block):
+    import_torch_monitor()
+    proc = subprocess.run(
+        ["bash", "-e", "-c", block.code], cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, f"{block.where}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 
 # ------------------------------------------------------------ C++
