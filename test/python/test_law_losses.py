@@ -47,7 +47,13 @@ def registered_sinks():
         from torch_monitor import _spellings
     except Exception:
         return []
-    return sorted(name for name, spelling in _spellings.FACES.items() if spelling.copies == "share")
+    # A sink stands for an output (a copy is the same object) and counts
+    # what it drops; a capture of PyTorch's counters is shared too, but
+    # writes nothing.
+    return sorted(
+        name for name, spelling in _spellings.FACES.items()
+        if spelling.copies == "share" and "dropped" in spelling.properties
+    )
 
 
 # What every child runs first: a file size limit, and one way to log.
