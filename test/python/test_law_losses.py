@@ -4,8 +4,8 @@ TensorBoard points), and a file a sink writes never ends in a partial record
 (a torn record is cut back to the last whole one).
 
 The sinks are enumerated from the registry, the faces in
-``torch_monitor._spellings.FACES`` whose spelling has ``copies == "share"``:
-a new sink is covered by being registered, and its case here fails until it
+``torch_monitor._spellings.FACES`` whose spelling has ``copies == "share"``
+and a ``dropped`` property: a new sink is covered by being registered, and its case here fails until it
 has a probe in ``CASES``.
 
 A full disk is made portable with a file size limit: the child process sets
