@@ -21,7 +21,7 @@ from typing import Iterable, List, Optional, Pattern, Sequence, Union
 import torch
 
 from . import _internals, _spellings
-from ._checks import strict_bool
+from ._faces import strict_bool
 
 __all__ = ["watch", "Watch", "WATCH_EVENT", "NONFINITE_EVENT"]
 
