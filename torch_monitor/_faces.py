@@ -65,7 +65,9 @@ def _float(value: Any, where: str) -> float:
         raise ValueError(f"{where} is too large for a float, got {value}") from None
 
 
-def _bool(value: Any, where: str) -> bool:
+def strict_bool(value: Any, where: str) -> bool:
+    """``value`` when it is a bool, else a TypeError naming ``where``: every
+    flag's check, the faces' and the nn side's (monitors, reducers, watch)."""
     # bool("no") is True: a flag given as a string or a number would silently
     # mean something else than the caller wrote.
     if not isinstance(value, bool):
@@ -100,6 +102,23 @@ def _str(value: Any, where: str) -> str:
             "names and text values must not contain NUL"
         )
     return value
+
+
+def setting(holder: str, method: str, annotation: type, doc: str, name: str = "") -> property:
+    """A read-write property of an nn-side object (a monitor, a reducer)
+    whose value lives on its C++ object ``self.<holder>``: read by the
+    schema's ``<method>()``, written by ``set_<method>(value)``, a bool
+    checked as ``name`` (default ``method``) or a float."""
+
+    def get(self: Any) -> Any:
+        return getattr(getattr(self, holder), method)()
+
+    def set_(self: Any, value: Any) -> None:
+        value = strict_bool(value, name or method) if annotation is bool else float(value)
+        getattr(getattr(self, holder), "set_" + method)(value)
+
+    get.__annotations__["return"] = set_.__annotations__["value"] = annotation
+    return property(get, set_, doc=doc)
 
 
 def _tensor(value: Any, where: str) -> torch.Tensor:
@@ -155,7 +174,7 @@ def _dict(key: Kind, item: Kind) -> Kind:
 KINDS_OF_SCHEMA = {
     "int": Kind("int", _int),
     "float": Kind("float", _float),
-    "bool": Kind("bool", _bool),
+    "bool": Kind("bool", strict_bool),
     "str": Kind("str", _str),
     "Tensor": Kind("torch.Tensor", _tensor),
     "Device": Kind("Union[torch.device, str]", _device),
@@ -230,9 +249,12 @@ class Spelling(NamedTuple):
     positional: Optional[int] = None
     #: Python defaults that differ from the schema's: {argument: value}.
     defaults: Dict[str, Any] = {}
-    #: Read-only properties: {property: TorchScript method read as is, or a
-    #: function of the face}. A method read under its own name is hidden.
-    properties: Dict[str, Any] = {}
+    #: Argument-less TorchScript methods read as read-only properties of the
+    #: same name (the method itself is then hidden).
+    getters: Tuple[str, ...] = ()
+    #: Other read-only properties: {property: (a function of the face, its
+    #: annotation)}.
+    properties: Dict[str, Tuple[Callable[[Any], Any], str]] = {}
     #: Results converted for Python: {method: (convert, its annotation)}.
     results: Dict[str, Tuple[Callable[[Any], Any], str]] = {}
     #: Methods written in Python or C++ rather than derived: {name: function}.
@@ -307,20 +329,30 @@ def _signature_source(
     return ", ".join(params), "(" + "".join(v + ", " for v in values) + ")"
 
 
-def _method(cls_name: str, schema: Any, doc: str, spelling: Spelling) -> Callable[..., Any]:
+def _function(owner: str, schema: Any, spelling: Spelling, namespace: Dict[str, Any], call: str) -> Callable[..., Any]:
+    """The Python function of a method of class ``owner`` (its schema's
+    arguments after self) or of an op (``owner`` ""): the schema's signature,
+    every argument checked by its kind, then ``call`` (source, with
+    ``{values}`` the tuple of checked arguments), its result converted."""
+    name = schema.name.rpartition("::")[2]
     returns = kind_of(schema.returns[0].type).annotation if schema.returns else "None"
-    convert, returns = spelling.results.get(schema.name, (lambda result: result, returns))
-    namespace: Dict[str, Any] = {"_result": convert, **_ANNOTATION_NAMES}
-    params, values = _signature_source(cls_name, schema.name, schema.arguments[1:], spelling, namespace, None)
-    source = (
-        f"def {schema.name}({params}) -> {returns}:\n"
-        f"    return _result(self._call({schema.name!r}, {values}, {{}}))\n"
-    )
-    exec(compile(source, f"<torch_monitor face {cls_name}.{schema.name}>", "exec", dont_inherit=True), namespace)
-    function = namespace[schema.name]
+    convert, returns = spelling.results.get(name, (lambda result: result, returns))
+    namespace.update({"_result": convert, **_ANNOTATION_NAMES})
+    arguments = schema.arguments[1:] if owner else schema.arguments
+    params, values = _signature_source(owner or name, name if owner else "", arguments, spelling, namespace, None)
+    params = params if owner else params.partition(", ")[2]
+    source = f"def {name}({params}) -> {returns}:\n    return _result({call.format(values=values)})\n"
+    where = f"face {owner}.{name}" if owner else f"op {name}"
+    exec(compile(source, f"<torch_monitor {where}>", "exec", dont_inherit=True), namespace)
+    function = namespace[name]
+    function.__face_signature__ = f"({params}) -> {returns}"
+    return function
+
+
+def _method(cls_name: str, schema: Any, doc: str, spelling: Spelling) -> Callable[..., Any]:
+    function = _function(cls_name, schema, spelling, {}, f"self._call({schema.name!r}, {{values}}, {{{{}}}})")
     function.__doc__ = doc or None
     function.__qualname__ = f"{cls_name}.{schema.name}"
-    function.__face_signature__ = f"({params}) -> {returns}"
     return function
 
 
@@ -441,15 +473,13 @@ def make_face(cls_name: str, spelling: Spelling) -> type:
             namespace["__doc__"] = doc
         elif (not name.startswith("__") or name == "__obj_flatten__") and name not in spelling.methods:
             namespace[name] = _method(cls_name, schema, doc, spelling)
-    for prop, getter in spelling.properties.items():
-        if isinstance(getter, str):
-            method = getter
-            getter = namespace.pop(method, None) if method == prop else namespace.get(method)
-            if getter is None:
-                raise AssertionError(f"{cls_name}.{prop}: no TorchScript method {method}")
-            returns = getter.__face_signature__.rpartition(" -> ")[2]
-        else:
-            getter, returns = getter
+    properties = dict(spelling.properties)
+    for name in spelling.getters:
+        getter = namespace.pop(name, None)
+        if getter is None:
+            raise AssertionError(f"{cls_name}.{name}: no TorchScript method {name}")
+        properties[name] = (getter, getter.__face_signature__.rpartition(" -> ")[2])
+    for prop, (getter, returns) in properties.items():
         namespace[prop] = property(getter, doc=getter.__doc__)
         namespace[prop].fget.__face_property__ = returns
     if any(schema.name == "__getstate__" for schema, _ in methods):
@@ -490,20 +520,8 @@ def make_op_face(op_name: str, spelling: Spelling, doc: str) -> Callable[..., An
     """The Python function of the op ``torch.ops.torch_monitor.<op_name>``:
     its schema's signature, every argument checked by its kind, then the op
     (so torch.compile and torch.export trace the same call)."""
-    schema = getattr(torch.ops.torch_monitor, op_name).default._schema
-    returns = kind_of(schema.returns[0].type).annotation if schema.returns else "None"
-    convert, returns = spelling.results.get(op_name, (lambda result: result, returns))
-    namespace: Dict[str, Any] = {
-        "_op": getattr(torch.ops.torch_monitor, op_name).default,
-        "_result": convert,
-        **_ANNOTATION_NAMES,
-    }
-    params, values = _signature_source(op_name, "", schema.arguments, spelling, namespace, None)
-    params = params.partition(", ")[2] if params != "self" else ""
-    source = f"def {op_name}({params}) -> {returns}:\n    return _result(_op(*{values}))\n"
-    exec(compile(source, f"<torch_monitor op {op_name}>", "exec", dont_inherit=True), namespace)
-    function = namespace[op_name]
+    op = getattr(torch.ops.torch_monitor, op_name).default
+    function = _function("", op._schema, spelling, {"_op": op}, "_op(*{values})")
     function.__doc__ = doc
     function.__module__ = "torch_monitor"
-    function.__face_signature__ = f"({params}) -> {returns}"
     return function

@@ -525,15 +525,6 @@ def forward_hook_handles(module: "torch.nn.Module", names: Dict[str, str]) -> "O
     return handles
 
 
-def copy_tensors_(destinations: "List[torch.Tensor]", sources: "List[torch.Tensor]") -> None:
-    """``destinations[i].copy_(sources[i])`` for every i in one call (a
-    handful of kernel launches for any number of tensors, where a loop of
-    ``copy_`` launches one per tensor): ``torch._foreach_copy_``, the
-    optimizers' own private fused op. watch() copies every parameter an
-    optimizer step is about to change with it."""
-    torch._foreach_copy_(destinations, sources)
-
-
 def script_module_object(module: "torch.jit.ScriptModule"):
     """The C++ ``torch::jit::Module`` (a ``torch._C.ScriptModule``) under a
     Python ScriptModule: ``module._c``, what C++ functions taking a module

@@ -99,9 +99,8 @@ _STAT = Spelling(
     # TorchScript has no duration type: its window_size_ms() and
     # window_steps() (0: not that kind of window) read here as a timedelta
     # and an int, None for the other kind of window.
+    getters=("count", "name", "max_samples", "close_on_time", "sync_ranks"),
     properties={
-        "count": "count",
-        "name": "name",
         "window_size": (
             lambda self: (
                 None if self._call("window_steps", (), {}) else _ms_to_timedelta(self._call("window_size_ms", (), {}))
@@ -109,9 +108,6 @@ _STAT = Spelling(
             "Optional[datetime.timedelta]",
         ),
         "window_steps": (lambda self: self._call("window_steps", (), {}) or None, "Optional[int]"),
-        "max_samples": "max_samples",
-        "close_on_time": "close_on_time",
-        "sync_ranks": "sync_ranks",
         "aggregations": (
             lambda self: [_C.Aggregation.__members__[n.upper()] for n in self._call("aggregations", (), {})],
             "List[Aggregation]",
@@ -144,10 +140,9 @@ def _exit_tracker(self: Any, *exc_info: Any) -> None:
 _WAIT_COUNTER = Spelling(
     kinds={"window_size": "seconds"},
     positional=2,
+    getters=("key", "close_on_time"),
     properties={
-        "key": "key",
         "window_size": (lambda self: _ms_to_timedelta(self._call("window_size_ms", (), {})), "datetime.timedelta"),
-        "close_on_time": "close_on_time",
     },
     results={
         "guard": (lambda tracker: _faces.wrap(WaitCounterTracker, tracker), "'WaitCounterTracker'"),
@@ -175,13 +170,7 @@ def _exit_sink(self: Any, *exc_info: Any) -> bool:
 
 def _sink(**entries: Any) -> Spelling:
     """A sink's spelling: the properties and protocol every sink shares."""
-    properties = {
-        "registered": "registered",
-        "closed": "closed",
-        "dropped": "dropped",
-        "problems": "problems",
-    }
-    properties.update(entries.pop("properties", {}))
+    getters = ("registered", "closed", "dropped", "problems") + entries.pop("getters", ())
     kinds = {
         "log_dir": "path",
         "path": "path",
@@ -195,7 +184,7 @@ def _sink(**entries: Any) -> Spelling:
     signatures.update(entries.pop("signatures", {}))
     return Spelling(
         kinds=kinds,
-        properties=properties,
+        getters=getters,
         methods=methods,
         copies="share",
         no_pickle=(
@@ -223,40 +212,28 @@ FACES: Dict[str, Spelling] = {
     "TensorBoardWriter": _sink(
         positional=1,
         before_init=sync_process_rank,  # the folder is chosen now
-        properties={
-            "log_dir": "log_dir",
-            "file_path": "file_path",
-            "run_dir": "run_dir",
-            "ranks": "ranks",
-            "flush_interval": "flush_interval",
-            "event_names": "event_names",
-        },
+        getters=("log_dir", "file_path", "run_dir", "ranks", "flush_interval", "event_names"),
     ),
     "JsonLinesWriter": _sink(
         positional=1,
         before_init=sync_process_rank,  # the file is chosen now
-        properties={"path": "path", "file_path": "file_path", "ranks": "ranks"},
+        getters=("path", "file_path", "ranks"),
     ),
-    "ConsoleHandler": _sink(positional=1, properties={"stream": "stream"}),
+    "ConsoleHandler": _sink(positional=1, getters=("stream",)),
     "MemoryHandler": _sink(
         positional=1,
-        properties={"capacity": "capacity"},
+        getters=("capacity",),
         results={"events": (_memory_events, "List[Event]")},
         methods={"__len__": lambda self: self._call("size", (), {})},
         signatures={"__len__": "(self) -> int"},
     ),
     "PrometheusExporter": _sink(
         before_init=sync_process_rank,  # the rank label is chosen now
-        properties={
-            "port": "port",
-            "host": "host",
-            "labels": "labels",
-            "serving": "serving",
-        },
+        getters=("port", "host", "labels", "serving"),
     ),
     "PrometheusTextFile": _sink(
         before_init=sync_process_rank,
-        properties={"path": "path", "labels": "labels"},
+        getters=("path", "labels"),
     ),
 }
 

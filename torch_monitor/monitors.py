@@ -33,9 +33,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from . import _C, _internals, _spellings
+from . import _C, _faces, _internals, _spellings
 from .reducers import VIEW_TOLERANCE
-from ._checks import strict_bool
+from ._faces import strict_bool
 
 __all__ = [
     "DifferenceMonitor",
@@ -414,20 +414,6 @@ def _as_tuple(value: Any) -> Tuple[Any, ...]:
 # ----------------------------------------------------------------- monitor
 
 
-def _core_flag(core_name: str, name: str, doc: str) -> property:
-    """A bool setting of the monitor kept on its core (the C++ monitor reads
-    it at every call) through the schema's ``<core_name>()`` and
-    ``set_<core_name>(value)``, set as ``name`` only to a real bool."""
-
-    def get(self) -> bool:
-        return getattr(self._core, core_name)()
-
-    def set(self, value: bool) -> None:
-        getattr(self._core, "set_" + core_name)(strict_bool(value, name))
-
-    return property(get, set, doc=doc)
-
-
 # The arguments of the monitor object's constructor that each monitor sets
 # itself; every other one is a keyword-only option of every monitor, taken
 # by its constructor as the object's schema has it (so adding an option to
@@ -593,20 +579,13 @@ class _Monitor(nn.Module):
     def prepend(self) -> bool:
         return self._prepend
 
-    keep_graph = _core_flag(
-        "keep_graph",
-        "keep_graph",
-        "Whether recorded values keep their autograd graph.",
+    # Kept on the core: the C++ monitor reads them at every call.
+    keep_graph = _faces.setting("_core", "keep_graph", bool, "Whether recorded values keep their autograd graph.")
+    trainexec = _faces.setting(
+        "_core", "train_update", bool, "Whether the hooks record while the module is in training mode.", "trainexec"
     )
-    trainexec = _core_flag(
-        "train_update",
-        "trainexec",
-        "Whether the hooks record while the module is in training mode.",
-    )
-    evalexec = _core_flag(
-        "eval_update",
-        "evalexec",
-        "Whether the hooks record while the module is in evaluation mode.",
+    evalexec = _faces.setting(
+        "_core", "eval_update", bool, "Whether the hooks record while the module is in evaluation mode.", "evalexec"
     )
 
     # -------------------------------------------------------- registration
@@ -1226,10 +1205,6 @@ class Monitor(_Monitor):
         # reducer themselves).
         name = type(self).__name__
         return _monitor_core(name, self.reducer_, name, train_update, eval_update, "Monitor", **options)
-
-    def _check_module(self, module: nn.Module) -> None:
-        """Raises now what the first forward would find wrong with
-        ``module`` (nothing by default)."""
 
     def _hooks_for(self, module: nn.Module):
         ref = weakref.ref(self)

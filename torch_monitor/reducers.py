@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from . import _C, _faces, _reducer_table, _spellings
 from . import _custom_reducers as _custom
-from ._checks import strict_bool
+from ._faces import strict_bool
 from ._custom_reducers import overrides as _overrides
 
 __all__ = [
@@ -123,23 +123,6 @@ def _criterion_parts(criterion: Any) -> Tuple[str, float, Optional[Callable]]:
         "criterion must be a callable (tensor -> bool tensor), a "
         f"torch_monitor.Criterion or a built-in name, got {type(criterion).__name__}"
     )
-
-
-def _forwarded(name: str, convert: Callable[[Any], Any], doc: str) -> property:
-    """A property read by ``script_reducer.<name>()`` and written by
-    ``script_reducer.set_<name>(convert(value))``; typed as what ``convert``
-    returns."""
-
-    def get(self) -> Any:
-        return getattr(self.script_reducer, name)()
-
-    def set_(self, value: Any) -> None:
-        getattr(self.script_reducer, "set_" + name)(convert(value))
-
-    get.__annotations__["return"] = set_.__annotations__["value"] = (
-        bool if convert is not float else float
-    )
-    return property(get, set_, doc=doc)
 
 
 class FoldReducer(nn.Module):
@@ -327,29 +310,33 @@ class FoldReducer(nn.Module):
 
     # -- time and history ------------------------------------------------
 
-    dt = _forwarded(
+    dt = _faces.setting(
+        "script_reducer",
         "step_time",
         float,
         """Time between two recorded states; setting it resizes the history
         when its length changes (keeping the newest states).""",
     )
     step_time = property(dt.fget, dt.fset, doc="Alias of ``dt``.")
-    duration = _forwarded(
+    duration = _faces.setting(
+        "script_reducer",
         "duration",
         float,
         """Time the history covers; setting it resizes the history when its
         length changes (keeping the newest states, padding with the fill
         value on the oldest side).""",
     )
-    inclusive = _forwarded(
+    inclusive = _faces.setting(
+        "script_reducer",
         "inclusive",
-        lambda value: strict_bool(value, "inclusive"),
+        bool,
         """Whether the history holds one more state, so that ``duration``
         itself can be viewed.""",
     )
-    inplace = _forwarded(
+    inplace = _faces.setting(
+        "script_reducer",
         "inplace",
-        lambda value: strict_bool(value, "inplace"),
+        bool,
         """Whether states are written into the history in place (without
         autograd) rather than out of place.""",
     )

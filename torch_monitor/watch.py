@@ -21,7 +21,7 @@ from typing import Iterable, List, Optional, Pattern, Sequence, Union
 import torch
 
 from . import _internals, _spellings
-from ._checks import strict_bool
+from ._faces import strict_bool
 
 __all__ = ["watch", "Watch", "WATCH_EVENT", "NONFINITE_EVENT"]
 
@@ -222,46 +222,10 @@ class Watch:
 
     def _before_step(self, optimizer, args, kwargs) -> None:
         self._check_what_is_watched(optimizer)
-        if self._grad_from_optimizer:
-            grads, keys = [], []
-            for key, p in self._grad_params:
-                if p.grad is not None:
-                    grads.append(p.grad)
-                    keys.append(key)
-            if grads:
-                _observe(self._slots, self._gate, grads, keys, [], self._id)
-        if self._update_params:
-            # The weights the step will change (optimizers skip parameters
-            # without a gradient), copied into buffers kept across steps.
-            stepped, before, keys = [], [], []
-            for i, (key, p) in enumerate(self._update_params):
-                if p.grad is None:
-                    continue
-                b = self._before[i]
-                if b is None or b.shape != p.shape or b.dtype != p.dtype or b.device != p.device:
-                    b = self._before[i] = torch.empty_like(p, memory_format=torch.contiguous_format)
-                stepped.append(p)
-                before.append(b)
-                keys.append(key)
-            if stepped:
-                with torch.no_grad():
-                    _internals.copy_tensors_(before, stepped)
-            self._stepped = (stepped, keys, before)
+        self._recorder.before_step()
 
     def _after_step(self, optimizer, args, kwargs) -> None:
-        if self._weight_params:
-            _observe(
-                self._slots, self._gate,
-                [p for _, p in self._weight_params],
-                [k for k, _ in self._weight_params],
-                [], self._id,
-            )
-        if self._update_params and self._stepped is not None:
-            stepped, keys, before = self._stepped
-            self._stepped = None
-            if stepped:
-                _observe(self._slots, self._gate, stepped, keys, before, self._id)
-        self._recorder.optimizer_stepped()
+        self._recorder.after_step()
 
 
 def _pattern(value, name) -> Optional[str]:
@@ -470,20 +434,16 @@ def watch(
     w = Watch(recorder, [f"{p}.{k}" for p, k in zip(key_paths, key_kinds)], model)
     handles = w._handles
 
-    # Parameters: through the optimizer's step hooks, or tensor hooks.
-    w._grad_from_optimizer = "grad" in by_kind and optimizer is not None
-    w._grad_params = [(k, p) for k, _, p in by_kind.get("grad", ())]
-    w._weight_params = [(k, p) for k, _, p in by_kind.get("weight", ())]
-    w._update_params = [(k, p) for k, _, p in by_kind.get("update", ())]
-    w._before = [None] * len(w._update_params)
-    w._stepped = None
+    # Parameters: around the optimizer's steps (its step hooks, observed in
+    # C++ as a C++ Watch's step() does), or by tensor hooks without one.
     if "grad" in by_kind and optimizer is None:
         for key, _, p in by_kind["grad"]:
             handles.append(p.register_hook(_GradHook(w, key)))
     if optimizer is not None:
+        stepped = [(k, p) for kind in ("grad", "weight", "update") for k, _, p in by_kind.get(kind, ())]
+        recorder.watch_steps([k for k, _ in stepped], [p for _, p in stepped])
         w._optimized_ids = in_optimizer
-        watched = {id(p) for _, _, p in (*by_kind.get("grad", ()), *by_kind.get("weight", ()),
-                                         *by_kind.get("update", ()))}
+        watched = {id(p) for _, p in stepped}
         w._parameter_places = []  # a scripted module's cannot be replaced from Python
         if not isinstance(model, torch.jit.ScriptModule):
             owners = dict(model.named_modules())

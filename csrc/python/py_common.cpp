@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include <torch/csrc/autograd/python_variable.h>
+
 #include <torch_monitor/detail/text.h>
 
 namespace torch_monitor::python {
@@ -62,6 +64,16 @@ bool fastCallArgumentsByKeyword(
       nkw,
       kwnames == nullptr ? Py_None : kwnames);
   return false;
+}
+
+at::Tensor tensorFromPython(py::handle obj, const std::string& what) {
+  // c10's TypeError: a raw hook's caller (setPythonError) keeps its type.
+  TORCH_CHECK_TYPE(
+      THPVariable_Check(obj.ptr()),
+      what,
+      " must be a torch.Tensor, got ",
+      Py_TYPE(obj.ptr())->tp_name);
+  return THPVariable_Unpack(obj.ptr());
 }
 
 std::string textFromPython(py::handle obj, const std::string& what) {

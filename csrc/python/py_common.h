@@ -132,8 +132,9 @@ py::object eventToPython(const Event& event);
 // TypeError for anything else.
 std::string textFromPython(py::handle obj, const std::string& what);
 
-
-
+// What a Python callback (a map_, op_, criterion or fold) returned as the
+// tensor it must be: TypeError naming `what` for anything else.
+at::Tensor tensorFromPython(py::handle obj, const std::string& what);
 
 // A rank group from a torch.distributed Store object, this process' rank in
 // it, its size and the merge deadline in seconds (py_rank_sync.cpp).

@@ -45,18 +45,6 @@ std::optional<at::Tensor> optionalTensor(const py::object& out, const char* what
   return THPVariable_Unpack(out.ptr());
 }
 
-py::object wrap(const at::Tensor& t) {
-  return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
-}
-
-at::Tensor tensorFrom(const py::object& value, const std::string& what) {
-  if (!THPVariable_Check(value.ptr())) {
-    throw py::type_error(
-        what + " must be a torch.Tensor, got " + Py_TYPE(value.ptr())->tp_name);
-  }
-  return THPVariable_Unpack(value.ptr());
-}
-
 FoldReducer& foldOf(py::handle reducer) {
   return scriptObjectOf<script::ScriptReducer>(reducer, "reducer")->fold();
 }
@@ -75,8 +63,8 @@ void setPythonCriterion(py::handle reducer, py::object fn) {
   fold.setCriterion(Criterion::custom(
       [callable](const at::Tensor& x) -> at::Tensor {
         py::gil_scoped_acquire gil;
-        return tensorFrom(
-            callable->get()(wrap(x)), "a criterion's result (a bool tensor)");
+        return tensorFromPython(
+            callable->get()(py::cast(x)), "a criterion's result (a bool tensor)");
       },
       description));
 }
@@ -98,12 +86,9 @@ void setPythonFold(
                      const std::vector<at::Tensor>& inputs,
                      const std::optional<at::Tensor>& state) {
     py::gil_scoped_acquire gil;
-    py::list args;
-    for (const at::Tensor& x : inputs) {
-      args.append(wrap(x));
-    }
-    py::object previous = state ? wrap(*state) : py::none();
-    return tensorFrom(foldFn->get()(args, previous), description + ".fold's result");
+    // std::nullopt is None, a list of tensors a Python list.
+    return tensorFromPython(
+        foldFn->get()(inputs, state), description + ".fold's result");
   };
   if (!interpolate.is_none()) {
     auto interpolateFn = std::make_shared<PyRef>(std::move(interpolate));
@@ -113,8 +98,8 @@ void setPythonFold(
                               const at::Tensor& sampleAt,
                               double stepTime) {
       py::gil_scoped_acquire gil;
-      return tensorFrom(
-          interpolateFn->get()(wrap(prev), wrap(next), wrap(sampleAt), stepTime),
+      return tensorFromPython(
+          interpolateFn->get()(prev, next, sampleAt, stepTime),
           description + ".interpolate's result");
     };
   }
@@ -133,11 +118,7 @@ class PythonReducer final : public Reducer {
 
   void forward(const std::vector<at::Tensor>& inputs) override {
     py::gil_scoped_acquire gil;
-    py::tuple args(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      args[i] = wrap(inputs[i]);
-    }
-    reducer_->get()(*args);
+    reducer_->get()(*py::tuple(py::cast(inputs)));
   }
   std::optional<at::Tensor> peek() const override {
     py::gil_scoped_acquire gil;
@@ -154,7 +135,7 @@ class PythonReducer final : public Reducer {
       const override {
     py::gil_scoped_acquire gil;
     return optionalTensor(
-        reducer_->get().attr("view")(wrap(time), tolerance), "view");
+        reducer_->get().attr("view")(time, tolerance), "view");
   }
   void clear(bool keepshape) override {
     py::gil_scoped_acquire gil;

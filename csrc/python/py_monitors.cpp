@@ -23,6 +23,7 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/api/object.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 
 #include <torch_monitor/nn/attribute_path.h>
 #include <torch_monitor/script/difference_monitor.h>
@@ -129,66 +130,6 @@ c10::IValue valueFromPython(PyObject* obj, const std::string& name, int depth = 
           py::reinterpret_borrow<py::object>(obj))));
 }
 
-// The Python value handed to filter_/map_/op_. Needs the GIL.
-py::object valueToPython(const c10::IValue& value) {
-  if (value.isTensor()) {
-    return py::reinterpret_steal<py::object>(
-        THPVariable_Wrap(value.toTensor()));
-  }
-  if (value.isNone()) {
-    return py::none();
-  }
-  if (value.isTuple()) {
-    const auto& elements = value.toTupleRef().elements();
-    py::tuple out(elements.size());
-    for (size_t i = 0; i < elements.size(); ++i) {
-      out[i] = valueToPython(elements[i]);
-    }
-    return std::move(out);
-  }
-  if (value.isList()) {
-    py::list out;
-    for (const c10::IValue& element : value.toListRef()) {
-      out.append(valueToPython(element));
-    }
-    return std::move(out);
-  }
-  if (value.isBool()) {
-    return py::bool_(value.toBool());
-  }
-  if (value.isInt()) {
-    return py::int_(value.toInt());
-  }
-  if (value.isDouble()) {
-    return py::float_(value.toDouble());
-  }
-  if (value.isString()) {
-    return py::str(value.toStringRef());
-  }
-  if (value.isPyObject()) {
-    return py::reinterpret_borrow<py::object>(value.toPyObject());
-  }
-  TORCH_CHECK_TYPE(
-      false,
-      "a DifferenceMonitor value of kind ",
-      value.tagKind(),
-      " cannot be passed to a Python filter_, map_ or op_");
-}
-
-at::Tensor tensorFromResult(
-    const py::handle& result,
-    const char* what,
-    const std::string& where) {
-  TORCH_CHECK_TYPE(
-      THPVariable_Check(result.ptr()),
-      where,
-      ": ",
-      what,
-      " must be a Tensor, got ",
-      Py_TYPE(result.ptr())->tp_name);
-  return THPVariable_Unpack(result.ptr());
-}
-
 // ------------------------------------------------- Python filter_/map_/op_
 
 // Each wrapper takes the GIL itself: scripted forward() calls run without
@@ -198,12 +139,13 @@ at::Tensor tensorFromResult(
 // A one-hook monitor's (InputMonitor, ...) filter_ and map_ take the one
 // value observed, as in inferno; a DifferenceMonitor's take (post, pre).
 
-// The callable's arguments: (value) or (post, pre).
+// The callable's arguments: (value) or (post, pre), converted as TorchScript
+// hands values to Python (a wrapped PythonValue is its object again).
 py::tuple callArguments(bool observed, const c10::IValue& post, const c10::IValue& pre) {
   if (observed) {
-    return py::make_tuple(valueToPython(post));
+    return py::make_tuple(torch::jit::toPyObject(post));
   }
-  return py::make_tuple(valueToPython(post), valueToPython(pre));
+  return py::make_tuple(torch::jit::toPyObject(post), torch::jit::toPyObject(pre));
 }
 
 struct PythonFilter {
@@ -238,7 +180,7 @@ struct PythonMap {
         Py_TYPE(result.ptr())->tp_name);
     std::vector<at::Tensor> inputs;
     for (py::handle item : result) {
-      inputs.push_back(tensorFromResult(item, "every element map_ returns", where));
+      inputs.push_back(tensorFromPython(item, where + ": every element map_ returns"));
     }
     return inputs;
   }
@@ -249,11 +191,9 @@ struct PythonOp {
   std::string name; // the monitor's, for errors
   at::Tensor operator()(const at::Tensor& post, const at::Tensor& pre) const {
     py::gil_scoped_acquire gil;
-    py::object result = fn->get()(
-        py::reinterpret_steal<py::object>(THPVariable_Wrap(post)),
-        py::reinterpret_steal<py::object>(THPVariable_Wrap(pre)));
-    return tensorFromResult(
-        result, "op_'s result", "DifferenceMonitor '" + name + "'");
+    py::object result = fn->get()(post, pre);
+    return tensorFromPython(
+        result, "DifferenceMonitor '" + name + "': op_'s result");
   }
 };
 
@@ -403,10 +343,28 @@ int trainingOf(PyObject* module, PyObject* dict) {
   return truth;
 }
 
+// The monitor method a hook runs.
+enum class Hook { Before, After, Observe };
+
+// Runs `which` of `monitor` on a Python value: None, or nullptr with the
+// error set. Needs the GIL.
+PyObject* runHook(DifferenceMonitor& monitor, Hook which, PyObject* value, bool training) {
+  return noneOrPythonError([&]() {
+    const c10::IValue v = valueFromPython(value, monitor.name());
+    if (which == Hook::Before) {
+      monitor.before(v, training);
+    } else if (which == Hook::After) {
+      monitor.after(v, training);
+    } else {
+      monitor.observe(v, training);
+    }
+  });
+}
+
 constexpr const char* kBindingCapsule = "torch_monitor hook binding";
 
 // The body of the eager hooks, bound to a capsule of their HookBinding.
-PyObject* runEagerHook(PyObject* capsule, PyObject* module, bool isBefore) {
+PyObject* runEagerHook(PyObject* capsule, PyObject* module, Hook which) {
   const auto* binding = static_cast<const HookBinding*>(
       PyCapsule_GetPointer(capsule, kBindingCapsule));
   if (binding == nullptr) {
@@ -441,14 +399,7 @@ PyObject* runEagerHook(PyObject* capsule, PyObject* module, bool isBefore) {
   } else if (!monitor->runsWhen(training == 1)) {
     result = Py_NewRef(Py_None);
   } else if (PyObject* value = resolvePath(module, *binding)) {
-    result = noneOrPythonError([&]() {
-      const c10::IValue v = valueFromPython(value, monitor->name());
-      if (isBefore) {
-        monitor->before(v, training == 1);
-      } else {
-        monitor->after(v, training == 1);
-      }
-    });
+    result = runHook(*monitor, which, value, training == 1);
     Py_DECREF(value);
   }
   Py_DECREF(core);
@@ -457,7 +408,7 @@ PyObject* runEagerHook(PyObject* capsule, PyObject* module, bool isBefore) {
 
 // before_hook(module)
 PyObject* eagerBefore(PyObject* binding, PyObject* module) {
-  return runEagerHook(binding, module, true);
+  return runEagerHook(binding, module, Hook::Before);
 }
 
 // after_hook(module[, output]): the output is not needed, but the generated
@@ -468,7 +419,7 @@ PyObject* eagerAfter(PyObject* binding, PyObject* const* args, Py_ssize_t nargs)
         PyExc_TypeError, "the after hook takes (module[, output])");
     return nullptr;
   }
-  return runEagerHook(binding, args[0], false);
+  return runEagerHook(binding, args[0], Hook::After);
 }
 
 PyMethodDef gEagerBeforeDef = {
@@ -481,9 +432,6 @@ PyMethodDef gEagerAfterDef = {
     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&eagerAfter)),
     METH_FASTCALL,
     "eager forward hook body of a DifferenceMonitor"};
-
-// The monitor method a fast call runs.
-enum class Hook { Before, After, Observe };
 
 // core.before/after/observe(value, training): the TorchScript methods,
 // callable from Python at METH_FASTCALL cost.
@@ -513,21 +461,12 @@ PyObject* fastCall(
   if (monitor == nullptr) {
     return nullptr;
   }
-  return noneOrPythonError([&]() {
-    const c10::IValue v = valueFromPython(given[0], monitor->name());
-    if (Which == Hook::Before) {
-      monitor->before(v, training == 1);
-    } else if (Which == Hook::After) {
-      monitor->after(v, training == 1);
-    } else {
-      monitor->observe(v, training == 1);
-    }
-  });
+  return runHook(*monitor, Which, given[0], training == 1);
 }
 
 // The HookBinding of the eager hooks of the monitor of attribute path
-// `path` held in the module attribute `key`, as a capsule.
-py::object hookBinding(py::str key, const std::string& path) {
+// `path` held in the module attribute `key`.
+std::unique_ptr<HookBinding> makeBinding(py::str key, const std::string& path) {
   auto binding = std::make_unique<HookBinding>();
   binding->key = std::move(key);
   binding->path = path;
@@ -540,6 +479,12 @@ py::object hookBinding(py::str key, const std::string& path) {
     }
     binding->parts.push_back(py::reinterpret_steal<py::object>(interned));
   }
+  return binding;
+}
+
+// makeBinding's, as the capsule the eager hooks are bound to.
+py::object hookBinding(py::str key, const std::string& path) {
+  std::unique_ptr<HookBinding> binding = makeBinding(std::move(key), path);
   PyObject* capsule = PyCapsule_New(binding.get(), kBindingCapsule, [](PyObject* c) {
     delete static_cast<HookBinding*>(PyCapsule_GetPointer(c, kBindingCapsule));
   });
@@ -672,10 +617,8 @@ void initMonitors(py::module_& m) {
   m.def(
       "_check_monitor_path",
       [](py::handle module, const std::string& path) {
-        const py::object capsule = hookBinding(py::str("unused"), path);
-        const auto* binding = static_cast<const HookBinding*>(
-            PyCapsule_GetPointer(capsule.ptr(), kBindingCapsule));
-        PyObject* value = resolvePath(module.ptr(), *binding);
+        PyObject* value =
+            resolvePath(module.ptr(), *makeBinding(py::str("unused"), path));
         if (value == nullptr) {
           throw py::error_already_set();
         }
@@ -701,11 +644,7 @@ void initMonitors(py::module_& m) {
           py::gil_scoped_release noGil; // a Python op_ takes it back
           out = DifferenceMonitor::defaultMap(postValue, preValue, opFn);
         }
-        py::tuple result(out.size());
-        for (size_t i = 0; i < out.size(); ++i) {
-          result[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(out[i]));
-        }
-        return result;
+        return py::tuple(py::cast(out));
       },
       py::arg("post"),
       py::arg("pre"),

@@ -141,14 +141,6 @@ _PRIVATE = re.compile(
 )
 
 
-def test_copy_tensors_copies_each_pair():
-    destinations = [torch.zeros(3), torch.zeros(2, 2)]
-    sources = [torch.arange(3.0), torch.ones(2, 2)]
-    _internals.copy_tensors_(destinations, sources)
-    assert torch.equal(destinations[0], sources[0]) and torch.equal(destinations[1], sources[1]), (
-        "_internals.copy_tensors_: torch._foreach_copy_ no longer copies each pair")
-
-
 def test_private_internals_appear_only_in_internals_py():
     package = pathlib.Path(tm.__file__).parent
     stragglers = []

@@ -59,6 +59,7 @@ KWARGS = {
     "to": {"device": torch.device("cpu"), "dtype": torch.float32},
     # Watch (its sample's key 0 is a gradient)
     "observe_watch": {"values": [torch.ones(3)], "keys": [0], "before": []},
+    "watch_steps": {"keys": [0], "parameters": [torch.ones(3)]},
 }
 # IntStat.add takes ints.
 INT_KWARGS = {"add": {"value": 2}, "add_tensor": {"values": torch.ones(3, dtype=torch.int64)}}
@@ -70,7 +71,7 @@ SIDE_EFFECTS = {
     "before", "after", "observe", "forget", "forget_all",
     "set_train_update", "set_eval_update", "set_keep_graph",
     "forward", "set_step_time", "set_duration", "set_inclusive", "set_inplace", "set_param",
-    "set_criterion", "to", "optimizer_stepped",
+    "set_criterion", "to", "watch_steps", "before_step", "after_step",
 }
 # Ending an object's life is not something the test does in graphs, nor
 # replacing its whole history (set_storage, load_state: test_monitor_state.py).

@@ -967,9 +967,11 @@ def test_memory_per_watched_tensor_is_fixed():
     w = tm.watch(model, optimizer, what=KINDS, window_steps=1000)
     slots = w._slots
     train(model, optimizer, Oracle(), steps=3, kinds=())
-    size = (slots.numel(), [b.numel() for b in w._before])
+    size = slots.numel()
     train(model, optimizer, Oracle(), steps=30, kinds=())
-    assert w._slots is slots and (slots.numel(), [b.numel() for b in w._before]) == size
+    # (The weights' copies for "update" are the C++ StepObserver's: one per
+    # key, made at its first step, as for a C++ Watch.)
+    assert w._slots is slots and slots.numel() == size
     assert slots.shape == (len(w.keys), 15)
     w.remove()
 

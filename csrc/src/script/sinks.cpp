@@ -68,10 +68,22 @@ double secondsOf(std::chrono::milliseconds ms) {
   return static_cast<double>(ms.count()) / 1000.0;
 }
 
-size_t bufferBytes(int64_t bytes) {
+// A buffered file sink's options from its constructor's shared arguments.
+template <typename Options>
+Options fileSinkOptions(
+    double flushInterval,
+    int64_t maxBufferBytes,
+    std::vector<std::string> eventNames,
+    const std::string& ranks,
+    const char* ranksWhat) {
   TORCH_CHECK_VALUE(
-      bytes > 0, "max_buffer_bytes must be positive, got ", bytes);
-  return static_cast<size_t>(bytes);
+      maxBufferBytes > 0, "max_buffer_bytes must be positive, got ", maxBufferBytes);
+  Options options;
+  options.flushInterval = sinks::flushIntervalFromSeconds(flushInterval);
+  options.maxBufferBytes = static_cast<size_t>(maxBufferBytes);
+  options.eventNames = std::move(eventNames);
+  options.ranks = sinks::rankFilesFromName(ranks, ranksWhat);
+  return options;
 }
 
 // add_scalar's value or step: a number, or a one-element tensor read when
@@ -176,6 +188,20 @@ torch::class_<ScriptSink<S>>& defineSinkMethods(
           "What it writes where, as repr() shows it");
 }
 
+// The methods every buffered file sink has.
+template <typename S>
+torch::class_<ScriptSink<S>>& defineFileSinkMethods(
+    torch::class_<ScriptSink<S>>& cls) {
+  return defineSinkMethods(cls)
+      .def(
+          "file_path",
+          [](const Self<S>& self) { return self->get().filePath(); },
+          "The file this process writes")
+      .def("ranks", [](const Self<S>& self) {
+        return std::string(sinks::rankFilesName(self->get().options().ranks));
+      });
+}
+
 // Every sink's state is its configuration (defineConfigState): unpickling
 // makes a new, unregistered sink with the same configuration, so a
 // TorchScript module that holds a writer opens a new event file when
@@ -190,12 +216,9 @@ Self<TensorBoardWriter> makeTensorBoardWriter(
     std::vector<std::string> eventNames,
     std::optional<std::string> stepKey,
     const std::string& ranks) {
-  sinks::TensorBoardWriterOptions options;
-  options.flushInterval = sinks::flushIntervalFromSeconds(flushInterval);
-  options.maxBufferBytes = bufferBytes(maxBufferBytes);
-  options.eventNames = std::move(eventNames);
+  auto options = fileSinkOptions<sinks::TensorBoardWriterOptions>(
+      flushInterval, maxBufferBytes, std::move(eventNames), ranks, "TensorBoardWriter: ranks");
   options.stepKey = std::move(stepKey).value_or("");
-  options.ranks = sinks::rankFilesFromName(ranks, "TensorBoardWriter: ranks");
   return makeSink<TensorBoardWriter>(std::move(logdir), std::move(options));
 }
 
@@ -301,7 +324,7 @@ void registerTensorBoardWriter(torch::Library& m) {
            c10::IValue(c10::List<std::string>(statisticsEventNames())),
        torch::arg("step_key") = c10::IValue(),
        torch::arg("ranks") = std::string("separate")});
-  defineSinkMethods(cls)
+  defineFileSinkMethods(cls)
       .def(
           "add_scalar",
           [](const Self<S>& self,
@@ -358,18 +381,9 @@ void registerTensorBoardWriter(torch::Library& m) {
            torch::arg("walltime") = c10::IValue()})
       .def("log_dir", [](const Self<S>& self) { return self->get().logdir(); })
       .def(
-          "file_path",
-          [](const Self<S>& self) { return self->get().filePath(); },
-          "The event file this process writes")
-      .def(
           "run_dir",
           [](const Self<S>& self) { return self->get().runDir(); },
           "The folder this process writes to (log_dir, or its rank<r> folder)")
-      .def(
-          "ranks",
-          [](const Self<S>& self) {
-            return std::string(sinks::rankFilesName(self->get().options().ranks));
-          })
       .def(
           "flush_interval",
           [](const Self<S>& self) {
@@ -389,12 +403,9 @@ Self<JsonLinesWriter> makeJsonLinesWriter(
     std::vector<std::string> eventNames,
     bool append,
     const std::string& ranks) {
-  sinks::JsonLinesWriterOptions options;
-  options.flushInterval = sinks::flushIntervalFromSeconds(flushInterval);
-  options.maxBufferBytes = bufferBytes(maxBufferBytes);
-  options.eventNames = std::move(eventNames);
+  auto options = fileSinkOptions<sinks::JsonLinesWriterOptions>(
+      flushInterval, maxBufferBytes, std::move(eventNames), ranks, "JsonLinesWriter: ranks");
   options.append = append;
-  options.ranks = sinks::rankFilesFromName(ranks, "JsonLinesWriter: ranks");
   return makeSink<JsonLinesWriter>(std::move(path), std::move(options));
 }
 
@@ -492,17 +503,8 @@ void registerJsonLinesWriter(torch::Library& m) {
        torch::arg("event_names") = c10::IValue(c10::List<std::string>()),
        torch::arg("append") = true,
        torch::arg("ranks") = std::string("separate")});
-  defineSinkMethods(cls)
-      .def("path", [](const Self<S>& self) { return self->get().path(); })
-      .def(
-          "file_path",
-          [](const Self<S>& self) { return self->get().filePath(); },
-          "The file this process writes")
-      .def(
-          "ranks",
-          [](const Self<S>& self) {
-            return std::string(sinks::rankFilesName(self->get().options().ranks));
-          });
+  defineFileSinkMethods(cls).def(
+      "path", [](const Self<S>& self) { return self->get().path(); });
 }
 
 Self<ConsoleHandler> makeConsoleHandler(

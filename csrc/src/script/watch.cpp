@@ -41,11 +41,7 @@ c10::intrusive_ptr<ScriptWatch> makeWatch(
   for (size_t i = 0; i < paths.size(); ++i) {
     keys.push_back(watch::Key{std::move(paths[i]), watch::kindFromName(kinds[i])});
   }
-  watch::RecorderOptions options;
-  TORCH_CHECK_VALUE(
-      windowSteps >= 0,
-      "torch_monitor.watch: window_steps must be at least 1, got ",
-      windowSteps);
+  watch::RecorderOptions options; // Recorder::create checks them
   options.windowSteps = windowSteps;
   TORCH_CHECK_VALUE(
       std::isfinite(windowSeconds) && windowSeconds >= 0.0,
@@ -198,10 +194,26 @@ void registerWatch(torch::Library& m) {
            torch::arg("keys"),
            torch::arg("before") = c10::IValue(c10::List<at::Tensor>())})
       .def(
-          "optimizer_stepped",
-          [](const Self& self) { self->recorder()->optimizerStepped(); },
-          "An optimizer step happened (the step count when no training step "
-          "is set)")
+          "watch_steps",
+          [](const Self& self,
+             const std::vector<int64_t>& keys,
+             const std::vector<at::Tensor>& parameters) {
+            self->setSteps(std::make_shared<watch::StepObserver>(
+                self->recorder(), keys, parameters));
+          },
+          "Observes parameters[i] as keys[i] (grad, weight and update keys) "
+          "around each optimizer step: call it before the first one",
+          {torch::arg("keys"), torch::arg("parameters")})
+      .def(
+          "before_step",
+          [](const Self& self) { self->steps().before(); },
+          "Before an optimizer step: observes the gradients and copies the "
+          "weights it will change")
+      .def(
+          "after_step",
+          [](const Self& self) { self->steps().after(); },
+          "After an optimizer step: observes the weights and the updates, and "
+          "counts the step (the step count when no training step is set)")
       .def(
           "close",
           [](const Self& self) { self->recorder()->close(); },

@@ -184,6 +184,10 @@ std::shared_ptr<Recorder> Recorder::create(
     std::vector<Key> keys,
     RecorderOptions options,
     c10::Device device) {
+  TORCH_CHECK_VALUE(
+      options.windowSteps >= 0,
+      "torch_monitor.watch: window_steps must be at least 1, got ",
+      options.windowSteps);
   const bool bySteps = options.windowSteps > 0;
   const bool byTime = options.windowSize.count() > 0;
   TORCH_CHECK_VALUE(
@@ -191,10 +195,6 @@ std::shared_ptr<Recorder> Recorder::create(
       "torch_monitor.watch: give exactly one window: window_steps (training "
       "steps) or window_size (time), got ",
       bySteps && byTime ? "both" : "neither (or a window of 0)");
-  TORCH_CHECK_VALUE(
-      options.windowSteps >= 0,
-      "torch_monitor.watch: window_steps must be at least 1, got ",
-      options.windowSteps);
   TORCH_CHECK_VALUE(
       options.every >= 1,
       "torch_monitor.watch: every must be at least 1 (observe every k-th "

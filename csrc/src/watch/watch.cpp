@@ -3,8 +3,6 @@
 #include <unordered_set>
 #include <utility>
 
-#include <ATen/core/grad_mode.h>
-#include <ATen/ops/empty_like.h>
 #include <c10/util/Exception.h>
 #include <torch/nn/module.h>
 
@@ -16,13 +14,6 @@ namespace torch_monitor {
 using watch::Kind;
 using watch::Recorder;
 
-struct Watch::Parameter {
-  std::string path;
-  at::Tensor tensor;
-  at::Tensor before; // "update": the weight before the step, made at the first
-};
-
-
 Watch::Watch(torch::nn::Module& model, WatchOptions options) {
   // Every parameter and module; which are watched is planKeys' choice, as
   // for Python's watch().
@@ -30,17 +21,15 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
   // Parameters in the model's order, each tensor once (a tied weight under
   // its first name, as Python's named_parameters() gives it).
   std::unordered_set<const void*> seen;
+  std::vector<at::Tensor> parameters;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     if (!seen.insert(item.value().unsafeGetTensorImpl()).second) {
       continue;
     }
-    auto p = std::make_shared<Parameter>();
-    p->path = item.key();
-    p->tensor = item.value();
-    candidates.parameters.push_back(p->path);
-    candidates.trainable.push_back(p->tensor.requires_grad());
+    candidates.parameters.push_back(item.key());
+    candidates.trainable.push_back(item.value().requires_grad());
     candidates.stepped.push_back(true); // step() runs the whole optimizer
-    parameters_.push_back(std::move(p));
+    parameters.push_back(item.value());
   }
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
   for (const auto& item :
@@ -52,9 +41,12 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
       options.what,
       candidates,
       watch::Selection(options.include, options.exclude));
-  // Each module's output and output-gradient keys, -1: not watched.
+  // Each module's output and output-gradient keys, -1: not watched; the
+  // keys observed around optimizer steps and their parameters.
   std::vector<std::pair<int64_t, int64_t>> outputKeys(
       modules.size(), std::pair<int64_t, int64_t>(-1, -1));
+  std::vector<int64_t> stepKeys;
+  std::vector<at::Tensor> stepParameters;
   for (size_t k = 0; k < plan.keys.size(); ++k) {
     const auto key = int64_t(k);
     if (plan.targets[k] < 0) {
@@ -62,21 +54,15 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
     }
     const auto target = size_t(plan.targets[k]);
     switch (plan.keys[k].kind) {
-      case Kind::Grad:
-        grads_.emplace_back(key, target);
-        break;
-      case Kind::Weight:
-        weights_.emplace_back(key, target);
-        break;
-      case Kind::Update:
-        updates_.emplace_back(key, target);
-        break;
       case Kind::Output:
         outputKeys[target].first = key;
         break;
       case Kind::OutputGrad:
         outputKeys[target].second = key;
         break;
+      default: // grad, weight, update
+        stepKeys.push_back(key);
+        stepParameters.push_back(parameters[target]);
     }
   }
   watch::RecorderOptions ro;
@@ -92,6 +78,8 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
       ? c10::Device(c10::DeviceType::CPU)
       : model.parameters().front().device();
   recorder_ = Recorder::create(std::move(plan.keys), std::move(ro), device);
+  steps_ = std::make_unique<watch::StepObserver>(
+      recorder_, stepKeys, stepParameters);
 
   const std::weak_ptr<Recorder> weak = recorder_;
   for (size_t m = 0; m < modules.size(); ++m) {
@@ -140,58 +128,9 @@ void Watch::step(const std::function<void()>& optimizerStep) {
     optimizerStep();
     return;
   }
-  // What the optimizer will change: the parameters that have a gradient
-  // (torch's optimizers skip the others).
-  std::vector<at::Tensor> grads;
-  std::vector<at::Tensor> stepped;
-  std::vector<at::Tensor> before;
-  std::vector<int64_t> gradKeys;
-  std::vector<int64_t> updateKeys;
-  {
-    at::NoGradGuard noGrad;
-    for (const auto& [key, i] : grads_) {
-      const at::Tensor& g = parameters_[i]->tensor.grad();
-      if (g.defined()) {
-        grads.push_back(g);
-        gradKeys.push_back(key);
-      }
-    }
-    for (const auto& [key, i] : updates_) {
-      Parameter& p = *parameters_[i];
-      if (!p.tensor.grad().defined()) {
-        continue;
-      }
-      if (!p.before.defined() || p.before.sizes() != p.tensor.sizes() ||
-          p.before.options().dtype() != p.tensor.options().dtype() ||
-          p.before.device() != p.tensor.device()) {
-        p.before = at::empty_like(p.tensor);
-      }
-      p.before.copy_(p.tensor);
-      stepped.push_back(p.tensor);
-      before.push_back(p.before);
-      updateKeys.push_back(key);
-    }
-  }
-  if (!grads.empty()) {
-    recorder_->observe(
-        recorder_->slots(), recorder_->gate(), grads, gradKeys, {});
-  }
+  steps_->before();
   optimizerStep();
-  if (!weights_.empty()) {
-    std::vector<at::Tensor> weights;
-    std::vector<int64_t> weightKeys;
-    for (const auto& [key, i] : weights_) {
-      weights.push_back(parameters_[i]->tensor);
-      weightKeys.push_back(key);
-    }
-    recorder_->observe(
-        recorder_->slots(), recorder_->gate(), weights, weightKeys, {});
-  }
-  if (!stepped.empty()) {
-    recorder_->observe(
-        recorder_->slots(), recorder_->gate(), stepped, updateKeys, before);
-  }
-  recorder_->optimizerStepped();
+  steps_->after();
 }
 
 void Watch::close() {

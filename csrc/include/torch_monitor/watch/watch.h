@@ -30,6 +30,7 @@
 #include <torch_monitor/export.h>
 #include <torch_monitor/nn/hooks.h>
 #include <torch_monitor/watch/recorder.h>
+#include <torch_monitor/watch/step_observer.h>
 
 namespace torch {
 namespace nn {
@@ -120,15 +121,9 @@ class TORCH_MONITOR_API Watch {
   }
 
  private:
-  struct Parameter;
-  // A key of a parameter kind and the index of its parameter.
-  using Watched = std::vector<std::pair<int64_t, size_t>>;
   std::shared_ptr<watch::Recorder> recorder_;
-  std::vector<std::shared_ptr<Parameter>> parameters_;
+  std::unique_ptr<watch::StepObserver> steps_; // grad, weight, update
   std::vector<nn::HookHandle> hooks_;
-  Watched grads_;
-  Watched weights_;
-  Watched updates_;
 };
 
 } // namespace torch_monitor
