@@ -370,7 +370,7 @@ FACES["PytorchCounterCapture"] = Spelling(
         "sync_ranks": Kind("bool", _default_group_only),
     },
     positional=0,  # capture_pytorch_counters(*, window_steps=..., ...)
-    properties={"removed": "removed"},
+    getters=("removed",),
     methods={"__enter__": lambda self: self, "__exit__": _exit_capture},
     signatures={
         "__enter__": "(self) -> PytorchCounterCapture",

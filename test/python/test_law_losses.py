@@ -52,7 +52,7 @@ def registered_sinks():
     # writes nothing.
     return sorted(
         name for name, spelling in _spellings.FACES.items()
-        if spelling.copies == "share" and "dropped" in spelling.properties
+        if spelling.copies == "share" and "dropped" in spelling.getters
     )
 
 
