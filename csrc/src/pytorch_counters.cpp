@@ -15,6 +15,7 @@
 #include <torch_monitor/background_warnings.h>
 #include <torch_monitor/detail/fork_safe_locks.h>
 #include <torch_monitor/detail/lifecycle.h>
+#include <torch_monitor/detail/pattern.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/rank_sync.h>
 #include <torch_monitor/stat.h>
@@ -30,29 +31,6 @@ int64_t nanosecondsOf(Clock::time_point t) noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              t.time_since_epoch())
       .count();
-}
-
-std::optional<std::regex> compiled(
-    const std::optional<std::string>& pattern,
-    const char* what) {
-  if (!pattern) {
-    return std::nullopt;
-  }
-  detail::checkText(*pattern, what);
-  try {
-    return std::regex(*pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    TORCH_CHECK_VALUE(
-        false,
-        "capture_pytorch_counters: ",
-        what,
-        " '",
-        *pattern,
-        "' is not a regular expression (",
-        e.what(),
-        "); give one in the ECMAScript syntax std::regex reads, such as "
-        "'TCPStore|dynamo'");
-  }
 }
 
 } // namespace
@@ -366,8 +344,17 @@ PytorchCounterCapture::PytorchCounterCapture(PytorchCounterOptions options)
         "C++: torch_monitor::setDefaultRankGroup) before starting the "
         "capture, or give options.group");
   }
-  state_->include = compiled(options_.include, "include");
-  state_->exclude = compiled(options_.exclude, "exclude");
+  for (const auto& [pattern, what] :
+       {std::pair{&options_.include, "include"},
+        std::pair{&options_.exclude, "exclude"}}) {
+    if (*pattern) {
+      detail::checkText(**pattern, what);
+    }
+  }
+  state_->include = detail::compiledPattern(
+      options_.include, "capture_pytorch_counters: ", "include");
+  state_->exclude = detail::compiledPattern(
+      options_.exclude, "capture_pytorch_counters: ", "exclude");
 
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.slotsMutex);

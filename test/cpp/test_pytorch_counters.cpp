@@ -70,7 +70,7 @@ TEST(PytorchCounters, BadOptionsAreRefusedWithTheReason) {
           PytorchCounterCapture capture(badRegex);
         } catch (const c10::ValueError& e) {
           EXPECT_NE(
-              std::string(e.what()).find("exclude '[' is not a regular expression"),
+              std::string(e.what()).find("exclude='[' is not a valid regular expression"),
               std::string::npos);
           throw;
         }

@@ -197,7 +197,7 @@ def test_two_captures_each_log_their_own(memory):
         (dict(window_steps=0), ValueError, "window_steps must be at least 1"),
         (dict(window_size=0.0), ValueError, "window_size"),
         (dict(window_steps=3, close_on_time=True), ValueError, "close_on_time applies to time windows"),
-        (dict(include="("), ValueError, "include '\\(' is not a regular expression"),
+        (dict(include="("), ValueError, "include='\\(' is not a valid regular expression"),
         (dict(exclude="a\0b"), ValueError, "exclude"),
         (dict(close_on_time="yes"), TypeError, "close_on_time"),
     ],

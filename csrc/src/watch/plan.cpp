@@ -6,29 +6,10 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/detail/pattern.h>
+
 namespace torch_monitor::watch {
 namespace {
-
-std::optional<std::regex> compile(
-    const std::optional<std::string>& pattern,
-    const char* what) {
-  if (!pattern) {
-    return std::nullopt;
-  }
-  try {
-    return std::regex(*pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    TORCH_CHECK_VALUE(
-        false,
-        "torch_monitor.watch: ",
-        what,
-        "='",
-        *pattern,
-        "' is not a valid regular expression (ECMAScript syntax, in Python "
-        "as in C++): ",
-        e.what());
-  }
-}
 
 bool finds(const std::optional<std::regex>& regex, const std::string& path) {
   return regex && std::regex_search(path, *regex);
@@ -66,8 +47,8 @@ Selection::Selection(
     : include_(std::move(include)),
       exclude_(std::move(exclude)),
       patterns_(std::make_unique<Patterns>(Patterns{
-          compile(include_, "include"),
-          compile(exclude_, "exclude")})) {}
+          detail::compiledPattern(include_, "torch_monitor.watch: ", "include"),
+          detail::compiledPattern(exclude_, "torch_monitor.watch: ", "exclude")})) {}
 
 Selection::~Selection() = default;
 
