@@ -11,7 +11,6 @@ namespace torch_monitor::script {
 
 namespace {
 
-
 // Its state is its configuration (defineConfigState): loading an archive
 // that holds a capture starts a capture with the same options.
 constexpr int64_t kStateVersion = 1;
@@ -83,8 +82,8 @@ void registerPytorchCounterClasses(torch::Library& m) {
          "(seconds or a datetime.timedelta; 60 s when neither is given; "
          "close_on_time=True closes them on time). sync_ranks=True merges "
          "each key's windows across the ranks of the default process group "
-         "(rank 0 logs them). A key first used before torch_monitor was imported is not seen "
-         "(docs/pytorch_counters.md).",
+         "(rank 0 logs them). A key first used before torch_monitor was "
+         "imported is not seen (docs/pytorch_counters.md).",
          {torch::arg("window_steps") = c10::IValue(),
           torch::arg("window_size") = c10::IValue(),
           torch::arg("include") = c10::IValue(),
