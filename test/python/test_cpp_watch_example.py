@@ -1,27 +1,35 @@
 """examples/cpp/watch_mlp: a C++ training program watched by
 ``torch_monitor::Watch``, built against the installed package with
-``find_package(TorchMonitor)``. Its last line is ``summary {json}``.
+``find_package(TorchMonitor)`` by the commands docs/api.md gives. Its last
+line is ``summary {json}``.
 
 Skips when cmake or a C++ compiler is missing.
 """
 
 import json
 import os
+import subprocess
 
 import pytest
 
 pytest.importorskip("torch")
 
-from cpp_build import REPO_ROOT, build_project, import_torch_monitor, requires_toolchain, run  # noqa: E402
-
-EXAMPLE_SRC = os.path.join(REPO_ROOT, "examples", "cpp", "watch_mlp")
+from cpp_build import REPO_ROOT, import_torch_monitor, requires_toolchain, run  # noqa: E402
+from test_docs import SHELL_BLOCKS  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def watch_mlp(tmp_path_factory):
-    tmon = import_torch_monitor()
-    build = build_project(EXAMPLE_SRC, tmp_path_factory.mktemp("watch_mlp_build"), tmon, ("watch_mlp",))
-    return build / "watch_mlp"
+def watch_mlp():
+    """The program as docs/api.md builds it, in the folder it names. The same
+    block runs in test_docs.py: whichever runs second builds nothing, so CI
+    compiles the example once."""
+    import_torch_monitor()
+    (block,) = [b for b in SHELL_BLOCKS if "-S examples/cpp/watch_mlp" in b.code]
+    proc = subprocess.run(
+        ["bash", "-e", "-c", block.code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, f"{block.where}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return os.path.join(REPO_ROOT, "build", "examples", "watch_mlp", "watch_mlp")
 
 
 def summary_of(exe, *args):
