@@ -33,8 +33,9 @@ live on the device, time is wall time (--clock wall) with the device
 synchronised around each timed run, the "device path" rows are left out
 (CUDA tensors take that path anyway), and each configuration's GPU
 operations per step (kernels, copies and fills, counted by the profiler
-over --steps steps) are printed too: watch's rows of statistics grow with
-the number of parameters, and each row is device work.
+over --steps steps) are printed too. Last, the device work a watch adds
+to one step of a model with 8 and with 256 parameters: the optimizer's
+observations are computed in batches, so it does not grow with them.
 
 Method: CPU time of the process (--clock process, the default: the
 machines are shared, and wall time also counts the time other processes
@@ -51,7 +52,7 @@ when a target is missed (marked MISSED).
 
 Usage: python benchmarks/python/bench_watch.py [--reps 7] [--steps 100]
            [--width 256] [--layers 4] [--batch 64] [--every-k 10]
-           [--device cpu|cuda]
+           [--device cpu|cuda] [--only-device-work]
 """
 
 import argparse
@@ -304,6 +305,55 @@ def run_scenario(args, title, configs, anchor, target):
     return over
 
 
+# Ops that make a view: no device work.
+VIEW_OPS = {"aten::reshape", "aten::view", "aten::narrow", "aten::select", "aten::slice",
+            "aten::as_strided", "aten::unsqueeze", "aten::expand", "aten::alias", "aten::detach"}
+
+
+def device_work_per_step(args, layers, kinds):
+    """What watching adds to one step of `layers` x Linear(16, 16) on the
+    device path: on a GPU, kernels and copies (the profiler's CUDA
+    activities); on the CPU, with the device path forced, the ATen ops that
+    are not views (each a launch on a GPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def count(watched):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(layers)]).to(args.device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+        x = torch.randn(8, 16, device=args.device)
+        cuda = args.device != "cpu"
+        with maybe_device_path(not cuda):
+            w = tm.watch(model, optimizer, what=kinds, window_steps=1000) if watched else None
+            for step in range(3):  # the last is counted
+                tm.set_step(step)
+                synchronize(args)
+                with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+                    optimizer.zero_grad()
+                    model(x).square().mean().backward()
+                    optimizer.step()
+                    synchronize(args)
+            if w is not None:
+                w.remove()
+        if cuda:
+            return sum(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events())
+        return sum(e.name.startswith("aten::") and e.name not in VIEW_OPS
+                   and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))
+                   for e in prof.events())
+
+    return count(True) - count(False)
+
+
+def report_device_work(args):
+    what = "GPU kernels and copies" if args.device != "cpu" else "ATen ops (device path forced, views left out)"
+    print(f"\ndevice work a watch adds per step, against the number of parameters ({what}):")
+    print(f"  {'what is watched':<34}{'8 parameters':>14}{'256 parameters':>16}")
+    for title, kinds in [("grad, update (the default)", ("grad", "update")),
+                         ("grad, weight, update", ("grad", "weight", "update"))]:
+        few, many = (device_work_per_step(args, layers, kinds) for layers in (4, 128))
+        print(f"  {title:<34}{few:>14}{many:>16}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
@@ -316,6 +366,8 @@ def main():
     parser.add_argument("--device", default="cpu", help="cpu or cuda (a CUDA device: wall time)")
     parser.add_argument("--clock", choices=["process", "wall"], default=None,
                         help="process (the default on CPU) or wall (the default, and the only sane one, on a GPU)")
+    parser.add_argument("--only-device-work", action="store_true",
+                        help="only the last table (device work against the number of parameters)")
     args = parser.parse_args()
     args.clock = args.clock or ("process" if args.device == "cpu" else "wall")
     torch.set_num_threads(args.threads)
@@ -328,6 +380,9 @@ def main():
           f"{os.cpu_count()} CPUs, {torch.get_num_threads()} intra-op threads, device: {device}")
     print(f"MLP: {args.layers} x Linear({args.width}, {args.width}), batch {args.batch}; "
           f"{args.reps} reps x {args.steps} steps, medians of {args.clock} time")
+    if args.only_device_work:
+        report_device_work(args)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         if wandb is None:
             print("wandb is not installed: its rows are skipped (pip install wandb==0.31.0)")
@@ -341,6 +396,7 @@ def main():
         writer.close()
         if wandb is not None:
             wandb.finish()
+    report_device_work(args)
     tm.set_step(None)
 
 

@@ -10,6 +10,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/abs.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/stack.h>
@@ -789,8 +790,7 @@ void Recorder::observeChecked(
   at::NoGradGuard noGrad;
   const bool slotsOnCpu = slots.is_cpu();
   const bool forceDevicePath = test_hooks::cpuTensorsTakeDevicePath();
-  std::vector<at::Tensor> rows;
-  std::vector<int64_t> rowKeys;
+  std::vector<DeviceObservation> onDevice;
   bool observed = false; // any value, for the histograms
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -832,14 +832,17 @@ void Recorder::observeChecked(
         }
         continue;
       }
-      rows.push_back(rowOnDevice(x, b).to(slots.device(), /*non_blocking=*/true));
-      rowKeys.push_back(key);
+      onDevice.push_back({x, b == nullptr ? at::Tensor() : *b, key});
       observedSinceClose_ = true;
       deviceUsed_ = true;
     }
-    if (!rows.empty()) {
-      const at::Tensor stacked = at::stack(rows);
-      const int64_t n = int64_t(rowKeys.size());
+    if (!onDevice.empty()) {
+      const at::Tensor stacked = rowsOnDeviceLocked(onDevice, slots.device());
+      const int64_t n = int64_t(onDevice.size());
+      std::vector<int64_t> rowKeys;
+      for (const DeviceObservation& o : onDevice) {
+        rowKeys.push_back(o.key);
+      }
       bool contiguous = true;
       for (int64_t j = 1; j < n && contiguous; ++j) {
         contiguous = rowKeys[j] == rowKeys[0] + j;
@@ -879,6 +882,82 @@ void Recorder::observeChecked(
       writeHistograms(values, keys, before, step);
     }
   }
+}
+
+at::Tensor Recorder::rowsOnDeviceLocked(
+    const std::vector<DeviceObservation>& observations,
+    c10::Device slotsDevice) {
+  std::vector<at::Tensor> rows;
+  size_t first = 0;
+  while (first < observations.size()) {
+    // A batch: the next observations on the same device, all real or all
+    // complex, up to kBatchElements elements (a larger tensor alone), so
+    // that the joined copy of a batch stays small.
+    const at::Tensor& head = observations[first].values;
+    int64_t elements = head.numel();
+    size_t last = first + 1;
+    while (last < observations.size()) {
+      const at::Tensor& x = observations[last].values;
+      if (x.device() != head.device() || x.is_complex() != head.is_complex() ||
+          elements + x.numel() > kBatchElements) {
+        break;
+      }
+      elements += x.numel();
+      ++last;
+    }
+    std::vector<at::Tensor> values;
+    std::vector<at::Tensor> before;
+    std::vector<int64_t> numels;
+    for (size_t i = first; i < last; ++i) {
+      values.push_back(observations[i].values);
+      if (observations[i].before.defined()) {
+        before.push_back(observations[i].before);
+      }
+      numels.push_back(observations[i].values.numel());
+    }
+    // An optimizer call passes only updates (with `before`) or none.
+    TORCH_INTERNAL_ASSERT(before.empty() || before.size() == values.size());
+    const at::Tensor offsets = values.size() == 1
+        ? at::Tensor()
+        : segmentOffsetsLocked(numels, head.device());
+    rows.push_back(rowsOnDevice(values, before, offsets)
+                       .to(slotsDevice, /*non_blocking=*/true));
+    first = last;
+  }
+  return rows.size() == 1 ? rows[0] : at::cat(rows);
+}
+
+at::Tensor Recorder::segmentOffsetsLocked(
+    const std::vector<int64_t>& numels,
+    c10::Device device) {
+  std::vector<int64_t> layout = {
+      static_cast<int64_t>(device.type()), device.index()};
+  layout.insert(layout.end(), numels.begin(), numels.end());
+  auto found = segmentOffsets_.find(layout);
+  if (found != segmentOffsets_.end()) {
+    return found->second.onDevice;
+  }
+  if (segmentOffsets_.size() >= kMaxSegmentLayouts) {
+    segmentOffsets_.clear(); // a program whose calls never repeat
+  }
+  at::Tensor host = at::empty(
+      {static_cast<int64_t>(numels.size()) + 1}, at::TensorOptions(at::kLong));
+  int64_t* bound = host.data_ptr<int64_t>();
+  bound[0] = 0;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    bound[i + 1] = bound[i] + numels[i];
+  }
+  if (!device.is_cpu()) {
+    // Pinned, so that the copy does not wait for the device (where pinning
+    // is not supported the copy from pageable memory blocks, as it must).
+    try {
+      host = host.pin_memory();
+    } catch (const c10::Error&) {
+    }
+  }
+  at::Tensor onDevice = host.to(device, /*non_blocking=*/true);
+  return segmentOffsets_.emplace(std::move(layout), SegmentOffsets{host, onDevice})
+      .first->second.onDevice;
 }
 
 void Recorder::writeHistograms(

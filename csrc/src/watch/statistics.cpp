@@ -13,8 +13,10 @@
 #include <ATen/ops/abs.h>
 #include <ATen/ops/amax.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/diff.h>
 #include <ATen/ops/div.h>
 #include <ATen/ops/eq.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/ge.h>
 #include <ATen/ops/gt.h>
 #include <ATen/ops/isfinite.h>
@@ -22,13 +24,15 @@
 #include <ATen/ops/logical_not.h>
 #include <ATen/ops/maximum.h>
 #include <ATen/ops/neg.h>
-#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/segment_reduce.h>
 #include <ATen/ops/sqrt.h>
 #include <ATen/ops/square.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/sub.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
 namespace torch_monitor::watch {
@@ -235,9 +239,6 @@ Partial scanAll(const T* x, const T* b, int64_t n) {
   return p;
 }
 
-at::Tensor scalarLike(double v, const at::TensorOptions& options) {
-  return at::scalar_tensor(v, options);
-}
 
 } // namespace
 
@@ -322,50 +323,77 @@ void observeOnHost(
   }
 }
 
-at::Tensor rowOnDevice(const at::Tensor& values, const at::Tensor* before) {
+at::Tensor rowsOnDevice(
+    at::TensorList values,
+    at::TensorList before,
+    const at::Tensor& offsets) {
+  const int64_t k = static_cast<int64_t>(values.size());
+  TORCH_INTERNAL_ASSERT(k > 0 && (before.empty() || before.size() == values.size()));
   // float64 throughout, as on the host, so both paths give the same sums.
   // A complex tensor is observed as its magnitudes: an update's are those
   // of the change, and the ratio's norms are the complex norms.
   const auto real = [](const at::Tensor& t) {
     return t.is_complex() ? at::abs(t) : t;
   };
-  const at::Tensor v =
-      real(before != nullptr ? at::sub(values, *before) : values);
-  const at::Tensor x = v.reshape({-1}).to(at::kDouble);
+  const auto joined = [](at::TensorList tensors) {
+    std::vector<at::Tensor> flat;
+    flat.reserve(tensors.size());
+    for (const at::Tensor& t : tensors) {
+      flat.push_back(t.reshape({-1}));
+    }
+    return flat.size() == 1 ? flat[0] : at::cat(flat);
+  };
+  // One number per tensor: a whole reduction for one tensor, else one
+  // reduction of each segment (CUB's segmented reduction on a GPU).
+  const auto perTensor = [&](const at::Tensor& flat, c10::string_view reduce) {
+    if (k == 1) {
+      return (reduce == "sum" ? at::sum(flat) : at::amax(flat)).reshape({1});
+    }
+    // unsafe: the offsets are ours; the checks would read them on the host.
+    return at::segment_reduce(
+        flat, reduce, std::nullopt, std::nullopt, offsets, 0, /*unsafe=*/true);
+  };
+  const at::Tensor b = before.empty() ? at::Tensor() : joined(before);
+  const at::Tensor after = joined(values);
+  const at::Tensor x = real(b.defined() ? at::sub(after, b) : after).to(at::kDouble);
   const auto options = x.options();
   const at::Tensor finite = at::isfinite(x);
   const at::Tensor kept = at::where(finite, x, 0.0);
-  const at::Tensor sumSquares = at::sum(at::square(kept));
+  const at::Tensor sumSquares = perTensor(at::square(kept), "sum");
   const at::Tensor norm = at::sqrt(sumSquares);
-  at::Tensor ratioSum = scalarLike(0.0, options);
+  at::Tensor ratioSum = at::zeros({k}, options);
   at::Tensor ratioCount = ratioSum;
   at::Tensor beforeSquares = ratioSum;
-  if (before != nullptr) {
-    beforeSquares =
-        at::sum(at::square(real(*before).reshape({-1}).to(at::kDouble)));
+  if (b.defined()) {
+    beforeSquares = perTensor(at::square(real(b).to(at::kDouble)), "sum");
     const at::Tensor beforeNorm = at::sqrt(beforeSquares);
     const at::Tensor counted = at::logical_and(
         at::isfinite(beforeNorm), at::gt(beforeNorm, 0.0));
     ratioSum = at::where(counted, at::div(norm, beforeNorm), 0.0);
     ratioCount = counted.to(at::kDouble);
   }
-  return at::stack({
-      scalarLike(double(x.numel()), options),
-      at::sum(at::logical_not(finite), at::kDouble),
-      at::sum(at::eq(x, 0.0), at::kDouble),
-      at::sum(kept),
-      sumSquares,
-      norm,
-      scalarLike(1.0, options),
-      ratioSum,
-      ratioCount,
-      beforeSquares,
-      at::amax(at::where(finite, at::neg(x), -kInf)),
-      at::amax(at::where(finite, x, -kInf)),
-      at::amax(at::abs(kept)),
-      norm,
-      scalarLike(-kInf, options),
-  });
+  const at::Tensor elements = k == 1
+      ? at::full({1}, double(x.numel()), options)
+      : at::diff(offsets).to(at::kDouble);
+  return at::stack(
+      {
+          elements,
+          perTensor(at::logical_not(finite).to(at::kDouble), "sum"),
+          perTensor(at::eq(x, 0.0).to(at::kDouble), "sum"),
+          perTensor(kept, "sum"),
+          sumSquares,
+          norm,
+          at::ones({k}, options),
+          ratioSum,
+          ratioCount,
+          beforeSquares,
+          perTensor(at::where(finite, at::neg(x), -kInf), "max"),
+          perTensor(at::where(finite, x, -kInf), "max"),
+          perTensor(at::abs(kept), "max"),
+          norm,
+          at::full({k}, -kInf, options),
+      },
+      1);
 }
 
 void mergeRowsOnDevice(

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -243,6 +244,32 @@ class TORCH_MONITOR_API Recorder
       c10::IntArrayRef keys,
       at::TensorList before,
       int64_t step);
+  // An observation that takes the device path, its row computed later in
+  // one batch with the call's others.
+  struct DeviceObservation {
+    at::Tensor values;
+    at::Tensor before; // undefined unless an update
+    int64_t key;
+  };
+  // The rows of `observations` ([n, kColumns] on slotsDevice, in order),
+  // computed in batches (rowsOnDevice): a few dozen ops per batch, not per
+  // tensor.
+  at::Tensor rowsOnDeviceLocked(
+      const std::vector<DeviceObservation>& observations,
+      c10::Device slotsDevice);
+  // A batch's segment bounds on `device` (see rowsOnDevice), made once per
+  // layout of tensor sizes: a watch's optimizer calls repeat the same few.
+  // Each is kept with its pinned host source, so that a CUDA graph that
+  // captured its copy replays it from memory that still holds the bounds.
+  at::Tensor segmentOffsetsLocked(
+      const std::vector<int64_t>& numels,
+      c10::Device device);
+  static constexpr int64_t kBatchElements = int64_t(1) << 22;
+  static constexpr size_t kMaxSegmentLayouts = 64;
+  struct SegmentOffsets {
+    at::Tensor host;
+    at::Tensor onDevice;
+  };
 
   const int64_t id_;
   const std::vector<Key> keys_;
@@ -260,6 +287,8 @@ class TORCH_MONITOR_API Recorder
   int64_t windowIndex_ = 0; // the open window: step / windowSteps, or time
   int64_t windowEndMs_ = 0; // time windows: end of the open one
   std::vector<int64_t> histogramStep_; // per key: last step written
+  // Layout (device, then the sizes) -> its segment bounds.
+  std::map<std::vector<int64_t>, SegmentOffsets> segmentOffsets_;
   // Whether anything was observed since the last close. A graph captured
   // for replay (CUDA graphs) observes without calling observe(), so once the
   // device path was used (deviceUsed_) every close reads the slots.

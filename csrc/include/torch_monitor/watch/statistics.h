@@ -62,13 +62,21 @@ TORCH_MONITOR_API void observeOnHost(
     const at::Tensor* before,
     double step);
 
-// The row of one observation, computed with ATen ops on the tensor's device
-// (nothing is read on the host): [kColumns] float64 on values.device(),
-// with the first non-finite step column left at -inf (see
-// markFirstNonFinite).
-TORCH_MONITOR_API at::Tensor rowOnDevice(
-    const at::Tensor& values,
-    const at::Tensor* before);
+// The rows of k observations at once, computed with ATen ops on their
+// device (nothing is read on the host): [k, kColumns] float64, with the
+// first non-finite step column left at -inf (see mergeRowsOnDevice).
+// `values` are k tensors on one device, all real or all complex (a complex
+// tensor is observed as its magnitudes); for updates `before` holds the
+// weights before the step, one per value (else it is empty). k > 1 costs
+// the same few dozen ops as k = 1: the tensors are joined into one vector
+// whose segments are reduced together, which is what makes a watch's
+// optimizer-step observations cheap on a GPU, where each op is a launch
+// (docs/performance.md, "watch"). `offsets` ([k + 1] int64 on that device:
+// 0, n0, n0 + n1, ...; the segments' bounds) is needed for k > 1 only.
+TORCH_MONITOR_API at::Tensor rowsOnDevice(
+    at::TensorList values,
+    at::TensorList before,
+    const at::Tensor& offsets);
 
 // Merges `rows` ([k, kColumns]) into `slots` ([k, kColumns], a view of the
 // slot buffer, same device) when `gate` (a 0-d float64 tensor on that
