@@ -80,7 +80,7 @@ from . import monitors, reducers  # noqa: E402  (their __all__ below)
 from .reducers import *  # noqa: E402,F401,F403
 from .monitors import *  # noqa: E402,F401,F403
 from ._listing import monitors_of  # noqa: E402
-from .watch import NONFINITE_EVENT, WATCH_EVENT, Watch, watch  # noqa: E402
+from .watch import NONFINITE_EVENT, WATCH_EVENT, Watch, WatchKind, watch  # noqa: E402
 
 #: The value types an Event's data may hold.
 data_value_t = _Union[str, float, int, bool]
@@ -169,4 +169,4 @@ __all__ += [
 __all__ += reducers.__all__
 __all__ += monitors.__all__
 __all__ += ["monitors_of"]
-__all__ += ["watch", "Watch", "WATCH_EVENT", "NONFINITE_EVENT"]
+__all__ += ["watch", "Watch", "WatchKind", "WATCH_EVENT", "NONFINITE_EVENT"]

@@ -12,11 +12,16 @@ program). The C function hands this module every form but the fast one.
 
 import torch
 
-from . import _C, _internals
+from . import _C, _faces, _internals
 
 __all__ = ["log_event"]
 
 _log_event_values = torch.ops.torch_monitor.log_event_values.default
+
+# help() and inspect.signature() of the binding's classes: their bindings'
+# signatures.
+for _cls in (_C.Event, _C.Aggregation):
+    _cls.__signature__ = _faces.signature_from_doc(_cls.__init__)
 
 
 def _log_event_object(event):

@@ -18,11 +18,14 @@ value out of range, both naming the call and the argument.
 
 from __future__ import annotations
 
+import ast
 import datetime
+import inspect
 import numbers
 import operator
 import os
 import re
+import types
 import typing
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -439,6 +442,59 @@ def _repr(cls_name: str, spelling: Spelling) -> Callable[[Any], str]:
     return repr_
 
 
+def signature_from_doc(function: Any) -> inspect.Signature:
+    """The signature of a pybind11 function, read from the first line of its
+    docstring (``name(self: T, a: int, b: str = 'x') -> None``, as pybind11
+    writes it from the C++ types), without ``self``: for help() and
+    ``inspect.signature`` of the binding's classes, which pybind11 gives no
+    ``__text_signature__``."""
+    line = function.__doc__.splitlines()[0]
+    tree = ast.parse(f"def _{line[line.index('('):]}: ...")
+    node = tree.body[0]
+    assert isinstance(node, ast.FunctionDef)
+    args = node.args.args[1:]  # self
+    defaults = [None] * (len(args) - len(node.args.defaults)) + node.args.defaults
+    parameters = [
+        inspect.Parameter(
+            arg.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=inspect.Parameter.empty if default is None else ast.literal_eval(default),
+            annotation=ast.unparse(arg.annotation) if arg.annotation else inspect.Parameter.empty)
+        for arg, default in zip(args, defaults)
+    ]
+    return inspect.Signature(parameters, return_annotation=ast.unparse(node.returns) if node.returns else None)
+
+
+# What help() says of the members every face gets from this module.
+_MEMBER_DOCS = {
+    "__getstate__": "The saved state: the object's TorchScript state, its version first.",
+    "__reduce_ex__": "Pickles the object, or refuses to (docs/api.md, \"Copies\").",
+    "__copy__": "copy.copy(): as pickling does (docs/api.md, \"Copies\").",
+    "__deepcopy__": "copy.deepcopy(): as pickling does (docs/api.md, \"Copies\").",
+    "__repr__": "The class and its configuration.",
+    "__str__": "The class and its configuration.",
+    "__init__": "Makes the object: the arguments are the class's (see its signature above).",
+    "__obj_flatten__": "The configuration as (name, value) pairs, which PyTorch 2 makes its fake object of.",
+    "__enter__": "Enters the ``with`` block; returns the object.",
+    "__exit__": "Leaves the ``with`` block.",
+}
+
+
+def _as_member(cls_name: str, name: str, function: types.FunctionType) -> types.FunctionType:
+    """``function`` as member ``name`` of a face class: a copy named so and
+    documented, so that help() shows ``name(signature)`` and what it does,
+    not a lambda, the helper it was made from, or a comment above it (one
+    helper serves several members and classes, hence the copy). The helpers
+    are annotated ``Any`` throughout: the copy shows no annotations."""
+    member = types.FunctionType(
+        function.__code__, function.__globals__, name, function.__defaults__, function.__closure__)
+    member.__kwdefaults__ = function.__kwdefaults__
+    member.__dict__.update(function.__dict__)
+    member.__qualname__ = f"{cls_name}.{name}"
+    member.__module__ = "torch_monitor"
+    member.__doc__ = function.__doc__ or _MEMBER_DOCS.get(name)
+    return member
+
+
 class _FaceType(type(_C.Face)):  # type: ignore[misc]
     """The faces' metaclass: ``dir()`` (hence ``help()`` and completion)
     shows a face's own members, not ``torch.ScriptObject``'s operator methods
@@ -488,6 +544,13 @@ def make_face(cls_name: str, spelling: Spelling) -> type:
     namespace.update(_copy_methods(cls_name, spelling))
     namespace.update({"__repr__": _repr(cls_name, spelling), "__str__": _repr(cls_name, spelling)})
     namespace.update(spelling.methods)
+    for name, value in namespace.items():
+        if not isinstance(value, types.FunctionType):
+            continue
+        if value.__name__ != name:
+            namespace[name] = _as_member(cls_name, name, value)
+        elif not value.__doc__:
+            value.__doc__ = _MEMBER_DOCS.get(name)
     cls = _FaceType(cls_name, (_C.Face,), namespace)
     _C._harden_face_class(cls)
     if spelling.install is not None:

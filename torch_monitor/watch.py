@@ -16,21 +16,26 @@ import numbers
 import re
 import warnings as _warnings
 import weakref
-from typing import Iterable, List, Optional, Pattern, Sequence, Union
+from typing import Iterable, List, Literal, Optional, Pattern, Sequence, Union, get_args
 
 import torch
 
 from . import _internals, _spellings
 from ._faces import strict_bool
 
-__all__ = ["watch", "Watch", "WATCH_EVENT", "NONFINITE_EVENT"]
+__all__ = ["watch", "Watch", "WatchKind", "WATCH_EVENT", "NONFINITE_EVENT"]
 
 #: Name of the event a watch logs when a window closes.
 WATCH_EVENT = "torch_monitor.Watch"
 #: Name of the event naming the keys that saw NaN or inf in that window.
 NONFINITE_EVENT = "torch_monitor.NonFinite"
 
-_KINDS = ("grad", "weight", "update", "output", "output_grad")
+#: What a watch observes of a parameter ("grad", "weight", "update") or of a
+#: module ("output", "output_grad"): the names the C++ watch takes
+#: (``watch::kindName``; test_watch.py compares them), as a type that mypy
+#: checks ``what=`` against.
+WatchKind = Literal["grad", "weight", "update", "output", "output_grad"]
+_KINDS = get_args(WatchKind)
 
 #: The models watched now, each with its watch: a second watch of one would
 #: log every statistic twice. Weak keys: a model's copy is another object,
@@ -271,14 +276,14 @@ def watch(
     model: torch.nn.Module,
     optimizer: Optional[torch.optim.Optimizer] = None,
     *,
-    what: Union[str, Sequence[str]] = ("grad", "update"),
+    what: Union[WatchKind, Sequence[WatchKind]] = ("grad", "update"),
     window_steps: Optional[int] = None,
     window_size: Union[None, float, datetime.timedelta] = None,
     every: int = 1,
     include: Union[None, str, Pattern] = None,
     exclude: Union[None, str, Pattern] = None,
     histograms_every: Optional[int] = None,
-    writer=None,
+    writer: Optional[_spellings.TensorBoardWriter] = None,
     memory: bool = False,
     sync_ranks: bool = False,
 ) -> Watch:

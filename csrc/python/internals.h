@@ -4,7 +4,8 @@
 // (and only here: test/python/test_internals.py fails when one appears in
 // another file): reading an instance's C++ object without a cast (the raw
 // CPython methods of the hot paths), telling whether one was ever
-// initialised, type slots, and raw method descriptors.
+// initialised, type slots, raw method descriptors, and the type names of
+// signatures (Typed).
 // test/python/test_reliability_monitors.py fails loudly if a pybind11
 // upgrade changes what these rely on (objects made with __new__ alone must
 // raise TypeError, pickling must round-trip).
@@ -79,4 +80,49 @@ PyObject* moduleMember(PyObject* module, PyObject* name, bool* found);
 // if it stops telling.
 bool pythonIsUsable();
 
+// A Python object the binding checks itself (with its own checks and
+// messages), typed for signatures as `Hint::name` says: what help() and the
+// generated stub (_C.pyi) show where py::object would say Any. Loading
+// accepts any object. The name reaches pybind11's signatures through its
+// detail::handle_type_name (below); test_stubs.py fails if an upgrade
+// stops that (the stub would say Any again).
+template <typename Hint>
+class Typed : public py::object {
+ public:
+  PYBIND11_OBJECT_DEFAULT(Typed, py::object, Typed::any)
+
+ private:
+  static int any(PyObject*) {
+    return 1;
+  }
+};
+// The hints (Python spellings; _C.pyi defines Event and Face).
+struct EventDataHint {
+  static constexpr auto name =
+      py::detail::const_name("dict[str, str | float | int | bool]");
+};
+struct EventHandlerHint {
+  // A callable, or a native sink (a face of a torch_monitor sink class).
+  static constexpr auto name =
+      py::detail::const_name("Callable[[Event], object] | Face");
+};
+struct TextHint {
+  static constexpr auto name = py::detail::const_name("str");
+};
+struct TimestampHint {
+  static constexpr auto name =
+      py::detail::const_name("datetime.datetime | float");
+};
+struct StepHint {
+  static constexpr auto name = py::detail::const_name("int | None");
+};
+using EventData = Typed<EventDataHint>;
+
 } // namespace torch_monitor::python
+
+namespace pybind11::detail {
+template <typename Hint>
+struct handle_type_name<torch_monitor::python::Typed<Hint>> {
+  static constexpr auto name = Hint::name;
+};
+} // namespace pybind11::detail

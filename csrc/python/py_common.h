@@ -181,3 +181,4 @@ void issueHeldBackgroundWarnings();
 std::shared_ptr<EventHandler> nativeEventHandler(py::handle obj);
 
 } // namespace torch_monitor::python
+

@@ -230,10 +230,10 @@ void initAggregation(py::module_& m) {
 void initEvent(py::module_& m) {
   py::class_<Event>(m, "Event", "A named, timestamped record of data")
       .def(
-          py::init([](py::handle name,
-                      py::handle timestamp,
-                      py::handle data,
-                      py::handle step) {
+          py::init([](Typed<TextHint> name,
+                      Typed<TimestampHint> timestamp,
+                      EventData data,
+                      Typed<StepHint> step) {
             Event event;
             event.name = textFromPython(name, "Event name");
             event.timestamp = fromEpochMicros(timestampFromPython(timestamp));
@@ -261,8 +261,8 @@ void initEvent(py::module_& m) {
           })
       .def_property(
           "data",
-          [](const Event& e) { return dataToPython(e.data); },
-          [](Event& e, py::handle d) { e.data = dataFromPython(d); },
+          [](const Event& e) { return EventData(dataToPython(e.data)); },
+          [](Event& e, EventData d) { e.data = dataFromPython(d); },
           "A copy of the event's data; assign a dict to replace it")
       .def_property(
           "step",

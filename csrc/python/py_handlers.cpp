@@ -182,7 +182,7 @@ void initHandlers(py::module_& m) {
 
   m.def(
       "register_event_handler",
-      [](py::object callable) {
+      [](Typed<EventHandlerHint> callable) {
         // A native sink (torch_monitor.TensorBoardWriter, ...) is registered
         // as the C++ handler it is: no GIL, no Python in the event path.
         if (auto native = nativeEventHandler(callable)) {

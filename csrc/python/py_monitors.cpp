@@ -556,19 +556,19 @@ void initMonitors(py::module_& m) {
             reinterpret_cast<PyCFunction>(
                 reinterpret_cast<void (*)()>(&fastCall<Hook::Before>)),
             METH_FASTCALL | METH_KEYWORDS,
-            "before(value, training): captures the value (the pre-hook's part)"};
+            "before($self, value, training)\n--\n\nCaptures the value (the pre-hook's part)"};
         static PyMethodDef afterDef = {
             "after",
             reinterpret_cast<PyCFunction>(
                 reinterpret_cast<void (*)()>(&fastCall<Hook::After>)),
             METH_FASTCALL | METH_KEYWORDS,
-            "after(value, training): feeds op(value, captured) to the reducer"};
+            "after($self, value, training)\n--\n\nFeeds op(value, captured) to the reducer"};
         static PyMethodDef observeDef = {
             "observe",
             reinterpret_cast<PyCFunction>(
                 reinterpret_cast<void (*)()>(&fastCall<Hook::Observe>)),
             METH_FASTCALL | METH_KEYWORDS,
-            "observe(value, training): feeds map_(value) to the reducer (the "
+            "observe($self, value, training)\n--\n\nFeeds map_(value) to the reducer (the "
             "hook of InputMonitor, OutputMonitor, StateMonitor, "
             "MultiStateMonitor)"};
         addRawMethod(cls, &beforeDef);

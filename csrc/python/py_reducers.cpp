@@ -106,7 +106,7 @@ void initReducers(py::module_& m) {
             reinterpret_cast<PyCFunction>(
                 reinterpret_cast<void (*)()>(&fastForward)),
             METH_FASTCALL | METH_KEYWORDS,
-            "forward(inputs): folds the inputs of one step into a new state and "
+            "forward($self, inputs)\n--\n\nFolds the inputs of one step into a new state and "
             "records it"};
         addRawMethod(cls, &def);
       },

@@ -93,7 +93,7 @@ void installAdd(py::handle cls) {
       "add",
       reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fastAdd<T>)),
       METH_FASTCALL | METH_KEYWORDS,
-      "add(value): adds a sample: a number, or a tensor whose every element "
+      "add($self, value)\n--\n\nAdds a sample: a number, or a tensor whose every element "
       "is one sample (on any device; an accelerator tensor is not read until "
       "the window closes)"};
   addRawMethod(cls, &def);

@@ -6,6 +6,7 @@ face carries torch.ScriptObject's operator methods."""
 import datetime
 import inspect
 import pydoc
+import re
 
 import pytest
 import torch
@@ -46,11 +47,44 @@ def test_help_starts_with_the_signature_and_documents_tensor_samples():
     assert head.startswith("Stat(name: str, aggregations:") and "window_steps" in head
     assert "sync_ranks" in head and "close_on_time" in head
     assert "every element is one sample" in text  # tensor samples, in the class doc
-    assert "add(...)" in text and "tensor" in tm.Stat.add.__doc__
+    assert "add(self, /, value)" in text and "tensor" in tm.Stat.add.__doc__
+    assert list(inspect.signature(tm.Stat.add).parameters) == ["self", "value"]
     assert tm.Stat.add_tensor.__doc__
     for operator in ("__abs__", "__iadd__", "__getitem__", "__len__"):
         assert operator not in dir(tm.Stat), operator
     assert len(text.splitlines()) < 120, len(text.splitlines())
+
+
+# Public classes that users do not construct: help() shows how they are made.
+NOT_MADE_BY_USERS = {
+    "WaitCounterTracker": "WaitCounter.guard() makes it",
+    "EventHandlerHandle": "register_event_handler() returns it",
+}
+INTERNALS = [
+    (re.compile(r"^ \|  \w+ lambda\b"), "a lambda"),
+    (re.compile(r"^ \|  (\w+) = (?!\1\b)\w+\("), "a member shown as the helper it was made from"),
+    (re.compile(r"^ \|  +#"), "a source comment shown as documentation"),
+    (re.compile(r"Wraps a torch\.classes"), "the Face base class's constructor"),
+]
+
+
+@pytest.mark.parametrize("name", [n for n in tm.__all__ if isinstance(getattr(tm, n), type)])
+def test_help_of_every_public_class_shows_its_signature_and_no_internals(name):
+    cls = getattr(tm, name)
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    own = text.split("inherited from")[0]  # what the class defines itself
+    for pattern, what in INTERNALS:
+        lines = [line for line in own.splitlines() if pattern.search(line)]
+        assert not lines, f"help({name}) shows {what}: {lines}"
+    if cls.__name__ not in NOT_MADE_BY_USERS:
+        signature = inspect.signature(cls)
+        assert f"{cls.__name__}{signature}" in text.splitlines()[3], (name, text.splitlines()[:5])
+    for member, value in vars(cls).items():
+        if not member.startswith("_") and callable(value) and not isinstance(value, type):
+            try:
+                inspect.signature(value)
+            except ValueError:  # a pybind11 function: its doc's first line is the signature
+                assert (value.__doc__ or "").startswith(f"{member}("), (name, member)
 
 
 @pytest.mark.parametrize(

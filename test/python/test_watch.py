@@ -11,7 +11,9 @@ time limits). See docs/watch.md.
 import json
 import math
 import pathlib
+import re
 import sys
+import typing
 from collections import defaultdict
 from typing import List, Tuple
 
@@ -1333,3 +1335,15 @@ def test_the_watch_module_imports_nothing_heavy():
     )
     new_modules, seconds = out.stdout.rsplit(" ", 1)
     assert new_modules == "[]" and float(seconds) < 0.1, out.stdout
+
+
+def test_the_kinds_type_is_the_kinds_the_core_takes():
+    """tm.WatchKind (what mypy checks what= against) names exactly the kinds
+    C++ takes, in its order (watch::kindName)."""
+    kinds = typing.get_args(tm.WatchKind)
+    with pytest.raises(ValueError) as refused:
+        torch.classes.torch_monitor.Watch(["fc"], ["nope"], 1, 0.0, 1, 0, None, False, False, "cpu")
+    named = re.findall(r'"(\w+)"', str(refused.value))
+    assert named == list(kinds)
+    for kind in kinds:
+        torch.classes.torch_monitor.Watch(["fc"], [kind], 1, 0.0, 1, 0, None, False, False, "cpu").remove()

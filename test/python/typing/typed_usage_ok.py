@@ -33,3 +33,11 @@ tm.unregister_event_handler(handle)
 
 with tm.JsonLinesWriter("/dev/null", flush_interval=3600) as sink:
     problems: list[str] = sink.problems
+
+event = tm.Event("e", datetime.datetime.now(), {"x": 1.0, "tag": "a"}, step=3)
+x = event.data["x"]
+if isinstance(x, float):
+    loss: float = x
+kinds: list[tm.WatchKind] = ["grad", "output"]
+with tm.watch(torch.nn.Linear(2, 2), what=kinds, window_steps=10) as w:
+    pass
