@@ -50,14 +50,14 @@ def resolve(sync_ranks, prefix="", before="creating the Stat"):
         return (None,)
     if not isinstance(sync_ranks, dist.ProcessGroup):
         raise TypeError(
-            "sync_ranks must be a bool or a torch.distributed ProcessGroup, got "
+            f"{prefix}sync_ranks must be a bool or a torch.distributed ProcessGroup, got "
             f"{type(sync_ranks).__name__}"
         )
     rank = dist.get_rank(sync_ranks)
     if rank < 0:
         raise ValueError(
-            "sync_ranks: this process is not a member of the given process group; "
-            "create the Stat only on its members (or pass sync_ranks=False)"
+            f"{prefix}sync_ranks: this process is not a member of the given process group; "
+            "make it only on the group's members (or pass sync_ranks=False)"
         )
     return (
         _internals.group_store(sync_ranks),
@@ -81,4 +81,4 @@ def set_default_rank_group() -> None:
     TorchScript's ``Stat(..., sync_ranks=True)`` merges over it. Creating a
     Python ``Stat(..., sync_ranks=True)`` does the same.
     """
-    resolve(True)
+    resolve(True, prefix="torch_monitor.set_default_rank_group: ", before="calling it")

@@ -70,10 +70,12 @@ def _rank_group(value: Any, where: str) -> bool:
         return False
     from . import _rank_sync
 
+    # The error names the object: "Stat(): sync_ranks needs ...".
+    prefix = where.split(" argument ")[0] + ": "
     if value is True:
-        _rank_sync.resolve(True)
+        _rank_sync.resolve(True, prefix=prefix)
         return True
-    _rank_sync.resolve(value)  # checks the group (attached after construction)
+    _rank_sync.resolve(value, prefix=prefix)  # checks the group (attached after construction)
     return False
 
 
@@ -82,7 +84,7 @@ def _sync_given_group(stat: Any, given: Dict[str, Any]) -> None:
     if group is not None and not isinstance(group, bool):
         from . import _rank_sync
 
-        _C._sync_stat_ranks(stat, *_rank_sync.resolve(group))
+        _C._sync_stat_ranks(stat, *_rank_sync.resolve(group, prefix=f"{type(stat).__name__}(): "))
 
 
 def _aggregation_dict(values: Dict[str, Any]) -> Dict[Any, Any]:
@@ -347,7 +349,7 @@ def _default_group_only(value: Any, where: str) -> bool:
     if value is True:
         from . import _rank_sync
 
-        _rank_sync.resolve(True, prefix="capture_pytorch_counters: ", before="starting the capture")
+        _rank_sync.resolve(True, prefix="torch_monitor.capture_pytorch_counters: ", before="starting the capture")
         return True
     raise TypeError(
         f"{where} must be a bool (True merges across the ranks of the default "

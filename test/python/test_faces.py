@@ -176,3 +176,28 @@ def test_a_constructor_that_raises_leaves_no_half_made_object_in_the_traceback()
         """,
         timeout=60,
     )
+
+
+def test_a_sync_ranks_error_names_what_it_is_about():
+    """Without torch.distributed each object says which it is (the message
+    used to say "creating the Stat" for a watch or a capture too)."""
+    run_isolated(
+        """
+        import pytest
+        import torch_monitor as tm
+        from torch import nn
+
+        cases = [
+            (lambda: tm.Stat("x", ["mean"], 1.0, sync_ranks=True), "Stat(): sync_ranks needs", "the Stat"),
+            (lambda: tm.IntStat("x", ["sum"], 1.0, sync_ranks=True), "IntStat(): sync_ranks needs", "the Stat"),
+            (lambda: tm.watch(nn.Linear(2, 2), what="output", window_steps=2, sync_ranks=True),
+             "torch_monitor.watch: sync_ranks needs", "calling watch()"),
+            (lambda: tm.capture_pytorch_counters(sync_ranks=True),
+             "torch_monitor.capture_pytorch_counters: sync_ranks needs", "starting the capture"),
+        ]
+        for make, head, before in cases:
+            with pytest.raises(ValueError) as refused:
+                make()
+            assert str(refused.value).startswith(head) and before in str(refused.value), str(refused.value)
+        """
+    )
