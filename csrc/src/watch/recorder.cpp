@@ -13,7 +13,6 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/stack.h>
 #include <ATen/ops/sub.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
