@@ -181,4 +181,3 @@ void issueHeldBackgroundWarnings();
 std::shared_ptr<EventHandler> nativeEventHandler(py::handle obj);
 
 } // namespace torch_monitor::python
-
