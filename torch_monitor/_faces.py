@@ -461,7 +461,8 @@ def signature_from_doc(function: Any) -> inspect.Signature:
             annotation=ast.unparse(arg.annotation) if arg.annotation else inspect.Parameter.empty)
         for arg, default in zip(args, defaults)
     ]
-    return inspect.Signature(parameters, return_annotation=ast.unparse(node.returns) if node.returns else None)
+    return inspect.Signature(
+        parameters, return_annotation=ast.unparse(node.returns) if node.returns else inspect.Signature.empty)
 
 
 # What help() says of the members every face gets from this module.

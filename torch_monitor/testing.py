@@ -1,9 +1,12 @@
 """Helpers for deterministic tests of code that uses torch_monitor stats."""
 
 import contextlib
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from . import _C
+
+if TYPE_CHECKING:
+    from .watch import WatchKind
 
 
 class FakeClock:
@@ -58,3 +61,59 @@ def cpu_tensors_take_device_path() -> Iterator[None]:
         yield
     finally:
         _C._set_cpu_tensors_take_device_path(False)
+
+
+#: ATen ops that make a view: no device work.
+VIEW_OPS = frozenset({
+    "aten::reshape", "aten::view", "aten::narrow", "aten::select", "aten::slice",
+    "aten::as_strided", "aten::unsqueeze", "aten::expand", "aten::alias", "aten::detach",
+})
+
+
+def watch_device_work(layers: int, what: Sequence["WatchKind"], device: str = "cpu") -> int:
+    """The device work ``watch(model, optimizer, what=what)`` adds to one
+    training step of ``layers`` x Linear(16, 16) (SGD with momentum), on the
+    path accelerator tensors take: on a CUDA device the kernels and copies
+    the profiler sees; on the CPU, with that path forced, the outermost ATen
+    ops that are not views (each a launch on a GPU). The test of watch's
+    batching and ``benchmarks/python/bench_watch.py`` count with it."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from ._spellings import set_step
+    from .watch import watch
+
+    cuda = device != "cpu"
+
+    def synchronize() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def count(watched: bool) -> int:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(layers)]).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+        x = torch.randn(8, 16, device=device)
+        forced = contextlib.nullcontext() if cuda else cpu_tensors_take_device_path()
+        with forced:
+            w = watch(model, optimizer, what=what, window_steps=1000) if watched else None
+            for step in range(3):  # the last is counted
+                set_step(step)
+                synchronize()
+                with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+                    optimizer.zero_grad()
+                    model(x).square().mean().backward()
+                    optimizer.step()
+                    synchronize()
+            if w is not None:
+                w.remove()
+        set_step(None)
+        if cuda:
+            return sum(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events())
+        return sum(
+            e.name.startswith("aten::") and e.name not in VIEW_OPS
+            and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))
+            for e in prof.events()
+        )
+
+    return count(True) - count(False)

@@ -305,52 +305,13 @@ def run_scenario(args, title, configs, anchor, target):
     return over
 
 
-# Ops that make a view: no device work.
-VIEW_OPS = {"aten::reshape", "aten::view", "aten::narrow", "aten::select", "aten::slice",
-            "aten::as_strided", "aten::unsqueeze", "aten::expand", "aten::alias", "aten::detach"}
-
-
-def device_work_per_step(args, layers, kinds):
-    """What watching adds to one step of `layers` x Linear(16, 16) on the
-    device path: on a GPU, kernels and copies (the profiler's CUDA
-    activities); on the CPU, with the device path forced, the ATen ops that
-    are not views (each a launch on a GPU)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    def count(watched):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(layers)]).to(args.device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-        x = torch.randn(8, 16, device=args.device)
-        cuda = args.device != "cpu"
-        with maybe_device_path(not cuda):
-            w = tm.watch(model, optimizer, what=kinds, window_steps=1000) if watched else None
-            for step in range(3):  # the last is counted
-                tm.set_step(step)
-                synchronize(args)
-                with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
-                    optimizer.zero_grad()
-                    model(x).square().mean().backward()
-                    optimizer.step()
-                    synchronize(args)
-            if w is not None:
-                w.remove()
-        if cuda:
-            return sum(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events())
-        return sum(e.name.startswith("aten::") and e.name not in VIEW_OPS
-                   and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))
-                   for e in prof.events())
-
-    return count(True) - count(False)
-
-
 def report_device_work(args):
     what = "GPU kernels and copies" if args.device != "cpu" else "ATen ops (device path forced, views left out)"
     print(f"\ndevice work a watch adds per step, against the number of parameters ({what}):")
     print(f"  {'what is watched':<34}{'8 parameters':>14}{'256 parameters':>16}")
     for title, kinds in [("grad, update (the default)", ("grad", "update")),
                          ("grad, weight, update", ("grad", "weight", "update"))]:
-        few, many = (device_work_per_step(args, layers, kinds) for layers in (4, 128))
+        few, many = (tm.testing.watch_device_work(layers, kinds, args.device) for layers in (4, 128))
         print(f"  {title:<34}{few:>14}{many:>16}")
 
 

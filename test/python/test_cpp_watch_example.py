@@ -8,14 +8,13 @@ Skips when cmake or a C++ compiler is missing.
 
 import json
 import os
-import subprocess
 
 import pytest
 
 pytest.importorskip("torch")
 
-from cpp_build import REPO_ROOT, import_torch_monitor, requires_toolchain, run  # noqa: E402
-from test_docs import SHELL_BLOCKS  # noqa: E402
+from cpp_build import REPO_ROOT, requires_toolchain, run  # noqa: E402
+from test_docs import SHELL_BLOCKS, run_shell_block  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -23,12 +22,8 @@ def watch_mlp():
     """The program as docs/api.md builds it, in the folder it names. The same
     block runs in test_docs.py: whichever runs second builds nothing, so CI
     compiles the example once."""
-    import_torch_monitor()
     (block,) = [b for b in SHELL_BLOCKS if "-S examples/cpp/watch_mlp" in b.code]
-    proc = subprocess.run(
-        ["bash", "-e", "-c", block.code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
-    )
-    assert proc.returncode == 0, f"{block.where}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    run_shell_block(block)
     return os.path.join(REPO_ROOT, "build", "examples", "watch_mlp", "watch_mlp")
 
 

@@ -233,6 +233,12 @@ def test_shell_blocks_say_where_they_run():
 @requires_toolchain
 @pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda b: b.where)
 def test_shell_block_runs_as_written(block):
+    run_shell_block(block)
+
+
+def run_shell_block(block):
+    """Runs a shell block verbatim (bash -e) from the repository root, as its
+    text says; fails the test with its output's tail if it fails."""
     import_torch_monitor()
     proc = subprocess.run(
         ["bash", "-e", "-c", block.code], cwd=ROOT, capture_output=True, text=True, timeout=900,

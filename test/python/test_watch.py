@@ -963,47 +963,12 @@ def test_observations_read_nothing_on_the_host_between_window_closes(events):
     assert len(events.windows) == 1
 
 
-# Ops that make a view: no device work.
-VIEW_OPS = {"aten::reshape", "aten::view", "aten::narrow", "aten::select", "aten::slice",
-            "aten::as_strided", "aten::unsqueeze", "aten::expand", "aten::alias", "aten::detach"}
-
-
-def watch_ops_per_step(layers, kinds):
-    """ATen ops (outermost, views left out) that a watch adds to one training
-    step of `layers` Linear layers, on the device path (forced for CPU
-    tensors): on a GPU each is a launch."""
-    from torch.profiler import ProfilerActivity, profile
-
-    def ops(watched):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(layers)])
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        x = torch.randn(2, 4)
-        with tm.testing.cpu_tensors_take_device_path():
-            w = tm.watch(model, optimizer, what=kinds, window_steps=100) if watched else None
-            for step in range(2):  # the second is profiled
-                tm.set_step(step)
-                with profile(activities=[ProfilerActivity.CPU]) as prof:
-                    optimizer.zero_grad()
-                    model(x).square().mean().backward()
-                    optimizer.step()
-            if w is not None:
-                w.remove()
-        return sum(
-            e.name.startswith("aten::") and e.name not in VIEW_OPS
-            and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))
-            for e in prof.events()
-        )
-
-    return ops(True) - ops(False)
-
-
 def test_device_work_per_step_does_not_grow_with_the_parameters():
     """The optimizer's observations (grads, updates, weights) are batched:
     one set of ops per call whatever the number of parameters (issue 26:
     each was ~45 launches per tensor before)."""
     kinds = ("grad", "weight", "update")
-    few, many = watch_ops_per_step(4, kinds), watch_ops_per_step(128, kinds)  # 8 and 256 parameters
+    few, many = (tm.testing.watch_device_work(layers, kinds) for layers in (4, 128))  # 8 and 256 parameters
     assert few == many, (few, many)
     assert few < 250, few
 

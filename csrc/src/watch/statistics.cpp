@@ -239,7 +239,6 @@ Partial scanAll(const T* x, const T* b, int64_t n) {
   return p;
 }
 
-
 } // namespace
 
 void fillIdentity(double* row) noexcept {
