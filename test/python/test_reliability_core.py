@@ -447,6 +447,13 @@ def test_fork_while_threads_add_and_log_never_deadlocks_the_child():
         handle = tm.register_event_handler(lambda event: None)
         stop = threading.Event()
 
+        # TorchScript profiles and optimises a function on its first calls,
+        # interning names under c10's own lock; a child forked meanwhile
+        # finds that lock held, and torch.ops from Python takes it (torch's
+        # fork hazard, not ours: a child hung in CI). Run those calls first.
+        for _ in range(3):
+            cu.spin(sharded, capped, inherited, 1)
+
         def scripted():
             while not stop.is_set():
                 cu.spin(sharded, capped, inherited, 2000)
