@@ -16,11 +16,12 @@ import numbers
 import re
 import warnings as _warnings
 import weakref
-from typing import Iterable, List, Literal, Optional, Pattern, Sequence, Union, get_args
+from typing import Callable, Iterable, List, Literal, Optional, Pattern, Sequence, Union, get_args
 
 import torch
 
-from . import _internals, _spellings
+from . import _C, _internals, _spellings
+from ._C import Event
 from ._faces import strict_bool
 
 __all__ = ["watch", "Watch", "WatchKind", "WATCH_EVENT", "NONFINITE_EVENT"]
@@ -286,6 +287,7 @@ def watch(
     writer: Optional[_spellings.TensorBoardWriter] = None,
     memory: bool = False,
     sync_ranks: bool = False,
+    on_nonfinite: Union[None, Literal["warn", "raise"], Callable[[Event], object]] = None,
 ) -> Watch:
     """Watches a model's tensors as windowed statistics, without waiting for
     the device (docs/watch.md).
@@ -297,10 +299,11 @@ def watch(
     ``norm_max``, ``nonfinite``, ``zero_frac``; ``ratio`` for updates), e.g.
     ``"fc1.weight.grad.rms"``, and the whole model's ``"total.grad.*"`` and
     ``"total.update.*"`` (a step's gradients or updates as one: the total
-    norm, ``norm_max``, ``ratio``); a window that saw NaN or inf also logs
-    ``"torch_monitor.NonFinite"`` mapping each such ``"<path>.<kind>"`` to
-    the first step it did. Every sink takes them (TensorBoard, JSON Lines,
-    Prometheus).
+    norm, ``norm_max``, ``ratio``). NaN or inf logs
+    ``"torch_monitor.NonFinite"``, mapping each such ``"<path>.<kind>"`` to
+    the first step it did, once per window, at the step change after that
+    step (on a GPU: once the device has copied the counts, never waiting
+    for it). Every sink takes them (TensorBoard, JSON Lines, Prometheus).
 
     Args:
         model: the module; parameters by ``named_parameters()`` paths, module
@@ -325,6 +328,11 @@ def watch(
             (the CUDA allocator's counters; absent without CUDA).
         sync_ranks: merge every rank's windows on rank 0 of
             torch.distributed's default group (docs/distributed.md).
+        on_nonfinite: after each ``"torch_monitor.NonFinite"`` event,
+            ``"warn"`` warns (a RuntimeWarning) and ``"raise"`` raises ``FloatingPointError``
+            naming the keys and their first steps (from ``set_step()``, or
+            the optimizer step when no step is set); a callable is called
+            with the event (what it raises propagates the same way).
 
     The training step is ``torch_monitor.set_step``'s; a program that sets
     none steps by the optimizer's steps. Returns a :class:`Watch`: call
@@ -382,6 +390,11 @@ def watch(
             "(the statistics reach every registered handler without it)"
         )
     strict_bool(memory, "torch_monitor.watch: memory")
+    if not (on_nonfinite is None or isinstance(on_nonfinite, str) or callable(on_nonfinite)):
+        raise TypeError(
+            'torch_monitor.watch: on_nonfinite must be None, "warn", "raise" or a callable taking '
+            f"the NonFinite event, got {type(on_nonfinite).__name__}"
+        )
     if sync_ranks is not False:
         if sync_ranks is not True:
             raise TypeError(
@@ -435,7 +448,10 @@ def watch(
         memory,
         bool(sync_ranks),
         str(device),
+        on_nonfinite if isinstance(on_nonfinite, str) else "log",
     )
+    if callable(on_nonfinite):
+        _C._set_watch_nonfinite_handler(recorder, on_nonfinite)
     w = Watch(recorder, [f"{p}.{k}" for p, k in zip(key_paths, key_kinds)], model)
     handles = w._handles
 

@@ -1,3 +1,4 @@
+#include "face.h"
 #include "py_common.h"
 #include "internals.h"
 
@@ -7,6 +8,8 @@
 #include <vector>
 
 #include <torch_monitor/event_handler.h>
+#include <torch_monitor/script/watch.h>
+#include <torch_monitor/watch/non_finite.h>
 
 namespace torch_monitor::python {
 namespace {
@@ -262,6 +265,30 @@ void initHandlers(py::module_& m) {
       py::arg("function"),
       "Sets the function that handles log_event's forms other than "
       "log_event(event) (used by torch_monitor._events)");
+
+  // watch(on_nonfinite="raise") raises FloatingPointError in Python (the
+  // C++ default, c10::Error, would arrive as RuntimeError).
+  watch::setNonFiniteRaiser([](const std::string& message) {
+    if (pythonIsUsable()) {
+      py::gil_scoped_acquire gil;
+      PyErr_SetString(PyExc_FloatingPointError, message.c_str());
+      throw py::error_already_set();
+    }
+  });
+  m.def(
+      "_set_watch_nonfinite_handler",
+      [](py::handle recorder, py::object handler) {
+        scriptObjectOf<script::ScriptWatch>(recorder, "recorder")
+            ->recorder()
+            ->setNonFiniteHandler(
+                handler.is_none()
+                    ? nullptr
+                    : std::make_shared<PythonEventHandler>(std::move(handler)));
+      },
+      py::arg("recorder"),
+      py::arg("handler"),
+      "Gives each NonFinite event of a watch's recorder to a Python callable "
+      "too (watch(on_nonfinite=callable)); what it raises propagates");
 
   m.def(
       "_unregister_python_handlers",

@@ -1,6 +1,7 @@
 #include <torch_monitor/background_warnings.h>
 
 #include <atomic>
+#include <optional>
 
 namespace torch_monitor {
 namespace {
@@ -48,6 +49,14 @@ const bool kHandlerBuiltAtLoad = (backgroundWarningHandler(), true);
 
 bool hasBackgroundWarningSink() noexcept {
   return installedSink.load(std::memory_order_acquire) != nullptr;
+}
+
+void warnThroughBackgroundSink(const std::string& message) {
+  std::optional<c10::WarningUtils::WarningHandlerGuard> route;
+  if (hasBackgroundWarningSink()) {
+    route.emplace(backgroundWarningHandler());
+  }
+  TORCH_WARN(message);
 }
 
 namespace {

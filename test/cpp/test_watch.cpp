@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <torch_monitor/event_handler.h>
 #include <torch_monitor/nn.h>
 #include <torch_monitor/watch/watch.h>
 
@@ -249,10 +250,16 @@ TEST(Watch, NonFiniteValuesAreCountedAndNamedWithTheirFirstStep) {
     const auto stats = recorder->eventsNamed(watch::kEventName);
     const auto bad = recorder->eventsNamed(watch::kNonFiniteEventName);
     ASSERT_EQ(stats.size(), 1u);
-    ASSERT_EQ(bad.size(), 1u);
-    EXPECT_EQ(bad[0].step, 10);
+    // Each key once per window, at the step change after its first
+    // non-finite step (a's at 4), or at the close if that comes first
+    // (b's: the window closed at the step change after step 4).
+    ASSERT_EQ(bad.size(), 2u);
+    EXPECT_EQ(bad[0].step, 4);
+    EXPECT_EQ(bad[0].data.size(), 1u);
     EXPECT_EQ(std::get<int64_t>(bad[0].data.at("a.output")), 3);
-    EXPECT_EQ(std::get<int64_t>(bad[0].data.at("b.output")), 4);
+    EXPECT_EQ(bad[1].step, 10);
+    EXPECT_EQ(bad[1].data.size(), 1u);
+    EXPECT_EQ(std::get<int64_t>(bad[1].data.at("b.output")), 4);
     const auto& d = stats[0].data;
     EXPECT_EQ(std::get<int64_t>(d.at("a.output.nonfinite")), 3);
     EXPECT_DOUBLE_EQ(numberOf(d.at("a.output.mean")), (1 + 2 + 4 + 0) / 4.0);
@@ -265,6 +272,48 @@ TEST(Watch, NonFiniteValuesAreCountedAndNamedWithTheirFirstStep) {
     EXPECT_DOUBLE_EQ(numberOf(d.at("b.output.max")), 2.0);
     r->remove();
   }
+  clearStep();
+}
+
+TEST(Watch, OnNonFiniteRaiseThrowsFromSetStepAfterEveryListenerRan) {
+  struct Collect final : EventHandler {
+    std::vector<Event> events;
+    void handle(const Event& event) override {
+      events.push_back(event);
+    }
+  };
+  ScopedRecorder recorder;
+  watch::RecorderOptions options;
+  options.windowSteps = 10;
+  options.onNonFinite = watch::OnNonFinite::Raise;
+  auto raising = watch::Recorder::create(
+      {watch::Key{"x", watch::Kind::Output}},
+      options,
+      c10::Device(c10::DeviceType::CPU));
+  auto handler = std::make_shared<Collect>();
+  raising->setNonFiniteHandler(handler);
+  // Told after the raising one: its window must still close at step 5.
+  auto other = makeRecorder({"y"}, watch::Kind::Output, 5);
+  setStep(3);
+  observe(*raising, torch::tensor({1.0, std::nan("")}));
+  observe(*other, torch::tensor({1.0}));
+  try {
+    setStep(5);
+    FAIL() << "setStep(5) did not throw";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        e.msg().find("torch_monitor.watch: NaN or inf in 1 watched tensor: "
+                     "x.output (first at step 3)"),
+        std::string::npos)
+        << e.msg();
+  }
+  ASSERT_EQ(handler->events.size(), 1u);
+  EXPECT_EQ(handler->events[0].step, 5);
+  EXPECT_EQ(recorder->eventsNamed(watch::kNonFiniteEventName).size(), 1u);
+  EXPECT_EQ(recorder->eventsNamed(watch::kEventName).size(), 1u); // y's
+  setStep(6); // reported once per window
+  raising->remove();
+  other->remove();
   clearStep();
 }
 

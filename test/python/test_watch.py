@@ -486,10 +486,96 @@ def test_nonfinite_values_are_counted_and_named_with_their_first_step(path, even
     assert_data(first.data, oracle.window(0, 4), rel=tolerance(path))
     assert_data(second.data, oracle.window(4, 8), rel=tolerance(path))
     assert second.data["fc1.weight.grad.nonfinite"] > 0
+    # Reported at the step change after step 5, not when the window closes
+    # at 8, and once per window although steps 6 and 7 saw NaN too.
     (bad,) = events.nonfinite
-    assert bad.step == second.step
+    assert bad.step == 6
     assert bad.data == oracle.first_nonfinite(4, 8)
     assert bad.data["fc1.output"] == 5 and bad.data["fc2.output"] == 5
+
+
+def nan_training(model, optimizer, steps, nan_at, set_step=True):
+    """Steps of training with a NaN input at step `nan_at`; returns the
+    step whose set_step() (or optimizer step, without set_step) raised
+    FloatingPointError and its message, or (None, None)."""
+    gen = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        try:
+            if set_step:
+                tm.set_step(step)
+            x = torch.randn(16, 4, generator=gen)
+            if step == nan_at:
+                x[0, 0] = float("nan")
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            optimizer.step()
+        except FloatingPointError as e:
+            return step, str(e)
+    return None, None
+
+
+def test_nonfinite_raise_comes_from_the_next_set_step_naming_keys_and_step(path, events):
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tm.watch(model, optimizer, what="grad", window_steps=10, on_nonfinite="raise"):
+        # Before the fix, NaN at step 13 surfaced only when the window
+        # closed at 20; now set_step(14) raises.
+        step, message = nan_training(model, optimizer, 20, nan_at=13)
+        assert step == 14, message
+        assert message.startswith("torch_monitor.watch: NaN or inf in 5 watched tensors: "), message
+        assert "fc1.bias.grad (first at step 13)" in message and "total.grad (first at step 13)" in message
+        # The event came first; the rest of the window raises no more,
+        # although the weights are NaN now and so is every later gradient.
+        (bad,) = events.nonfinite
+        assert bad.step == 14 and set(bad.data.values()) == {13}
+        for step in range(14, 21):
+            if step > 14:
+                tm.set_step(step)  # 20 closes the window: nothing unreported
+            optimizer.zero_grad()
+            model(torch.randn(16, 4)).square().mean().backward()
+            optimizer.step()
+        # The next window reports its own.
+        with pytest.raises(FloatingPointError, match=r"first at step 20\)"):
+            tm.set_step(21)
+    tm.set_step(None)
+
+
+def test_nonfinite_raise_without_set_step_comes_from_the_optimizer_step(events):
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tm.watch(model, optimizer, what="grad", window_steps=100, on_nonfinite="raise"):
+        step, message = nan_training(model, optimizer, 10, nan_at=3, set_step=False)
+    # The optimizer steps are the steps: the 4th optimizer step (index 3)
+    # observed NaN gradients before it ran, and its post-hook counts step 4.
+    assert step == 3 and "(first at step 3)" in message, message
+
+
+def test_nonfinite_warn_and_callable(events):
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(RuntimeWarning, match=r"torch_monitor.watch: NaN or inf in .*first at step 2"):
+        with tm.watch(model, optimizer, what="grad", window_steps=10, on_nonfinite="warn"):
+            assert nan_training(model, optimizer, 4, nan_at=2) == (None, None)
+    tm.set_step(None)
+    model = MLP()  # the first one's weights are NaN now
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = []
+    with tm.watch(model, optimizer, what="grad", window_steps=10, on_nonfinite=seen.append):
+        nan_training(model, optimizer, 4, nan_at=2)
+    tm.set_step(None)
+    assert [(e.name, e.step) for e in seen] == [(tm.NONFINITE_EVENT, 3)]
+    assert set(seen[0].data) == {f"{p}.grad" for p, _ in model.named_parameters()} | {"total.grad"}
+
+    def stop(event):
+        raise KeyboardInterrupt(f"stop at {event.step}")
+
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    with tm.watch(model, optimizer, what="grad", window_steps=10, on_nonfinite=stop):
+        with pytest.raises(KeyboardInterrupt, match="stop at 3"):
+            nan_training(model, optimizer, 4, nan_at=2)
+    tm.set_step(None)
 
 
 # ------------------------------------------------------------ bad input
@@ -520,6 +606,9 @@ def test_nonfinite_values_are_counted_and_named_with_their_first_step(path, even
         (dict(what="grad", window_steps=10, writer=42), ValueError, "writer= is where histograms go"),
         (dict(what="grad", window_steps=10, sync_ranks=1), TypeError, "sync_ranks must be a bool"),
         (dict(what="grad", window_steps=10, memory=1), TypeError, "memory must be a bool"),
+        (dict(what="grad", window_steps=10, on_nonfinite="loud"), ValueError,
+         "on_nonfinite must be \"log\", \"warn\" or \"raise\".*got 'loud'"),
+        (dict(what="grad", window_steps=10, on_nonfinite=1), TypeError, "on_nonfinite must be None"),
     ],
 )
 def test_bad_input_is_refused_at_watch_time(kwargs, error, message):
@@ -1127,6 +1216,33 @@ def test_cuda_observations_never_synchronise_and_equal_the_cpu(events):
     assert all(e.data["cuda.memory.allocated"] > 0 for e in events.windows)
     assert {"cuda.memory.reserved", "cuda.memory.peak_allocated", "cuda.memory.alloc_retries",
             "cuda.memory.ooms"} <= set(events.windows[0].data)
+
+
+@pytest.mark.cuda
+def test_cuda_nonfinite_is_reported_between_steps_without_synchronising(events):
+    torch.manual_seed(0)
+    model = MLP().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tm.watch(model, optimizer, what="grad", window_steps=100):
+        for step in range(8):
+            torch.cuda.set_sync_debug_mode("error")  # set_step included
+            try:
+                tm.set_step(step)
+                x = torch.randn(16, 4, device="cuda")
+                if step == 5:
+                    x[0, 0] = float("nan")
+                optimizer.zero_grad()
+                model(x).square().mean().backward()
+                optimizer.step()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            if step >= 5:
+                torch.cuda.synchronize()  # the device caught up: the copy arrives
+        # set_step(6) queued the copy of the counts (and found it arrived, or
+        # set_step(7) did): not the window's close at 100.
+        (bad,) = events.nonfinite
+        assert bad.step in (6, 7) and set(bad.data.values()) == {5}, (bad.step, bad.data)
+    tm.set_step(None)
 
 
 @pytest.mark.cuda

@@ -6,6 +6,8 @@
 // a program installs another, as the Python binding does to reach Python's
 // `warnings` module.
 
+#include <string>
+
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/export.h>
@@ -40,6 +42,12 @@ TORCH_MONITOR_API c10::WarningHandler* backgroundWarningHandler();
 // Whether a background warning sink is installed (the Python binding
 // installs one). Thread-safe (an atomic load).
 TORCH_MONITOR_API bool hasBackgroundWarningSink() noexcept;
+
+// TORCH_WARN(message) through the background warning sink when one is
+// installed (in Python: a RuntimeWarning on the main thread), else through
+// the caller's handler: for a warning raised inside an op, where Python's
+// torch.ops calls do not turn c10 warnings into Python ones. Thread-safe.
+TORCH_MONITOR_API void warnThroughBackgroundSink(const std::string& message);
 
 } // namespace detail
 } // namespace torch_monitor

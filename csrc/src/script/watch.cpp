@@ -28,7 +28,8 @@ c10::intrusive_ptr<ScriptWatch> makeWatch(
     c10::IValue writer,
     bool memory,
     bool syncRanks,
-    const std::string& device) {
+    const std::string& device,
+    const std::string& onNonFinite) {
   TORCH_CHECK_VALUE(
       paths.size() == kinds.size(),
       "torch_monitor.watch: one kind per path, got ",
@@ -66,6 +67,7 @@ c10::intrusive_ptr<ScriptWatch> makeWatch(
   }
   options.memory = memory;
   options.syncRanks = syncRanks; // the process default group
+  options.onNonFinite = watch::onNonFiniteFromName(onNonFinite);
   return c10::make_intrusive<ScriptWatch>(
       Recorder::create(std::move(keys), std::move(options), c10::Device(device)),
       std::move(writer));
@@ -91,7 +93,8 @@ Config configOf(const ScriptWatch& self) {
       {"writer", self.writer()},
       {"memory", o.memory},
       {"sync_ranks", o.syncRanks},
-      {"device", r.device().str()}};
+      {"device", r.device().str()},
+      {"on_nonfinite", std::string(watch::onNonFiniteName(o.onNonFinite))}};
 }
 
 } // namespace
@@ -109,8 +112,9 @@ void registerWatch(torch::Library& m) {
       torch::init(textChecked(&makeWatch)),
       "Watch(paths, kinds, window_steps=0, window_seconds=0.0, every=1, "
       "histograms_every=0, writer=None, memory=False, sync_ranks=False, "
-      "device='cpu'): the recorder of torch_monitor.watch(); keys "
-      "'<path>.<kind>' in slot order",
+      "device='cpu', on_nonfinite='log'): the recorder of "
+      "torch_monitor.watch(); keys '<path>.<kind>' in slot order; "
+      "on_nonfinite: 'log', 'warn' or 'raise' after a NonFinite event",
       {torch::arg("paths"),
        torch::arg("kinds"),
        torch::arg("window_steps") = int64_t(0),
@@ -120,7 +124,8 @@ void registerWatch(torch::Library& m) {
        torch::arg("writer") = c10::IValue(),
        torch::arg("memory") = false,
        torch::arg("sync_ranks") = false,
-       torch::arg("device") = std::string("cpu")});
+       torch::arg("device") = std::string("cpu"),
+       torch::arg("on_nonfinite") = std::string("log")});
   cls.def_static(
       "plan",
       [](const std::vector<std::string>& what,

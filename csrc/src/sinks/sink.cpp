@@ -3,7 +3,6 @@
 #include <torch_monitor/detail/text.h>
 
 #include <cmath>
-#include <optional>
 
 #include <c10/util/Exception.h>
 
@@ -27,12 +26,11 @@ bool ProblemLog::report(
     messages_.push_back(owner_ + ": " + message);
   }
   // Outside the lock: a warning handler (Python's, say) may run anything.
-  std::optional<c10::WarningUtils::WarningHandlerGuard> route;
-  if (via == WarnVia::kBackgroundSink &&
-      torch_monitor::detail::hasBackgroundWarningSink()) {
-    route.emplace(torch_monitor::detail::backgroundWarningHandler());
+  if (via == WarnVia::kBackgroundSink) {
+    torch_monitor::detail::warnThroughBackgroundSink(owner_ + ": " + message);
+  } else {
+    TORCH_WARN(owner_, ": ", message);
   }
-  TORCH_WARN(owner_, ": ", message);
   return true;
 }
 

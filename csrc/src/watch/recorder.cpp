@@ -18,6 +18,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/background_warnings.h>
 #include <torch_monitor/clock.h>
 #include <torch_monitor/detail/call_each.h>
 #include <torch_monitor/detail/text.h>
@@ -141,6 +142,7 @@ struct Recorder::Closed {
   std::optional<int64_t> step;
   int64_t index = 0; // the window's index, for the ranks
   std::vector<std::pair<std::string, int64_t>> memory;
+  std::optional<Event> nonFinite; // keys the window had not reported yet
 };
 
 struct Recorder::StepListener final : detail::StepListener {
@@ -176,6 +178,7 @@ Recorder::Recorder(
     }
   }
   histogramStep_.assign(keys_.size(), -1);
+  nonFiniteReported_.assign(keys_.size(), false);
   layoutHash_ = layoutHashOf(keys_);
   shape_ = shapeOf(keys_, options_, layoutHash_);
 }
@@ -285,7 +288,9 @@ Recorder::~Recorder() {
         closed = closeLocked(closeStep(), /*onlyIfObserved=*/true);
       }
       if (closed) {
+        std::optional<Event> nonFinite = std::move(closed->nonFinite);
         publish(std::move(*closed));
+        reportNonFinite(std::move(nonFinite));
       }
     } catch (const std::exception& e) {
       TORCH_WARN(
@@ -389,6 +394,7 @@ void Recorder::foldTotalsLocked() {
 
 void Recorder::onStep(int64_t step) {
   std::optional<Closed> closed;
+  std::optional<Event> nonFinite;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (removed_) {
@@ -409,11 +415,16 @@ void Recorder::onStep(int64_t step) {
         windowEndMs_ = (now / length + 1) * length;
       }
     }
+    if (!closed) {
+      nonFinite = checkNonFiniteLocked();
+    }
     setGateLocked(step);
   }
   if (closed) {
+    nonFinite = std::move(closed->nonFinite);
     publish(std::move(*closed));
   }
+  reportNonFinite(std::move(nonFinite));
 }
 
 void Recorder::optimizerStepped() {
@@ -448,7 +459,12 @@ std::optional<Recorder::Closed> Recorder::closeLocked(
     }
     c.rows = slots_.is_cpu() ? slots_.clone() : slots_.to(at::kCPU);
     resetSlots(slots_);
+    c.nonFinite = nonFiniteEventLocked(c.rows.const_data_ptr<double>(), eventStep);
   }
+  // The next window reports its own; a copy still in flight is of this
+  // one (and has arrived: the read above waited for the stream).
+  std::fill(nonFiniteReported_.begin(), nonFiniteReported_.end(), false);
+  nonFiniteCopied_.reset();
   if (options_.windowSteps > 0) {
     c.index = windowIndex_;
   } else {
@@ -505,6 +521,106 @@ void Recorder::publish(Closed c) {
   }
 }
 
+std::optional<Event> Recorder::nonFiniteEventLocked(
+    const double* rows,
+    std::optional<int64_t> step) {
+  Event event;
+  for (size_t k = 0; k < keys_.size(); ++k) {
+    const double* row = rows + k * kColumns;
+    if (!nonFiniteReported_[k] && row[column::kNonFinite] > 0.0) {
+      nonFiniteReported_[k] = true;
+      event.data.emplace(
+          keys_[k].name(),
+          static_cast<int64_t>(-row[column::kNegFirstNonFinite]));
+    }
+  }
+  if (event.data.empty()) {
+    return std::nullopt;
+  }
+  event.name = kNonFiniteEventName;
+  event.timestamp = std::chrono::system_clock::now();
+  event.step = step;
+  return event;
+}
+
+std::optional<Event> Recorder::checkNonFiniteLocked() {
+  if (!observedSinceClose_ && !deviceUsed_) {
+    return std::nullopt;
+  }
+  if (slots_.is_cpu()) {
+    return nonFiniteEventLocked(slots_.const_data_ptr<double>(), currentStep());
+  }
+  // The copy goes on the stream the observations were queued on, behind
+  // them; the event says when it has arrived. One copy in flight at a time:
+  // a device running behind reports at a later step change, with the
+  // same first steps (the slots keep them).
+  const c10::Device device = slots_.device();
+  if (!nonFiniteCopied_) {
+    if (!nonFiniteHost_.defined()) {
+      nonFiniteHost_ = at::empty(
+          slots_.sizes(),
+          at::TensorOptions().dtype(at::kDouble).pinned_memory(true));
+    }
+    nonFiniteHost_.copy_(slots_, /*non_blocking=*/true);
+    nonFiniteCopied_.emplace(device.type());
+    nonFiniteCopied_->record(
+        c10::impl::VirtualGuardImpl(device.type()).getStream(device));
+  }
+  if (!nonFiniteCopied_->query()) {
+    return std::nullopt;
+  }
+  nonFiniteCopied_.reset();
+  return nonFiniteEventLocked(
+      nonFiniteHost_.const_data_ptr<double>(), currentStep());
+}
+
+void Recorder::reportNonFinite(std::optional<Event> event) {
+  if (!event) {
+    return;
+  }
+  std::shared_ptr<EventHandler> handler;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    handler = nonFiniteHandler_;
+  }
+  detail::dispatchEvent(*event);
+  if (handler) {
+    handler->handle(*event);
+  }
+  if (options_.onNonFinite == OnNonFinite::Log) {
+    return;
+  }
+  // The earliest first, by name within a step; a model's worth of keys
+  // would drown the message: the event names them all.
+  std::vector<std::pair<int64_t, std::string>> bad;
+  for (const auto& [key, value] : event->data) {
+    bad.emplace_back(std::get<int64_t>(value), key);
+  }
+  std::sort(bad.begin(), bad.end());
+  constexpr size_t kNamed = 8;
+  std::string message = "torch_monitor.watch: NaN or inf in " +
+      std::to_string(bad.size()) + " watched tensor" +
+      (bad.size() == 1 ? "" : "s") + ": ";
+  for (size_t i = 0; i < bad.size() && i < kNamed; ++i) {
+    message += (i == 0 ? "" : ", ") + bad[i].second + " (first at step " +
+        std::to_string(bad[i].first) + ")";
+  }
+  if (bad.size() > kNamed) {
+    message += " and " + std::to_string(bad.size() - kNamed) +
+        " more (the \"torch_monitor.NonFinite\" event names them all)";
+  }
+  if (options_.onNonFinite == OnNonFinite::Warn) {
+    detail::warnThroughBackgroundSink(message);
+  } else {
+    raiseNonFinite(message);
+  }
+}
+
+void Recorder::setNonFiniteHandler(std::shared_ptr<EventHandler> handler) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  nonFiniteHandler_ = std::move(handler);
+}
+
 void Recorder::close() {
   std::optional<Closed> closed;
   {
@@ -515,7 +631,9 @@ void Recorder::close() {
     closed = closeLocked(closeStep());
   }
   if (closed) {
+    std::optional<Event> nonFinite = std::move(closed->nonFinite);
     publish(std::move(*closed));
+    reportNonFinite(std::move(nonFinite));
   }
 }
 
@@ -533,7 +651,9 @@ void Recorder::remove() {
     detail::removeStepListener(listener_.get());
   }
   if (closed) {
+    std::optional<Event> nonFinite = std::move(closed->nonFinite);
     publish(std::move(*closed));
+    reportNonFinite(std::move(nonFinite));
   }
 }
 

@@ -74,10 +74,12 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
   ro.memory = options.memory;
   ro.syncRanks = options.syncRanks;
   ro.group = options.group;
+  ro.onNonFinite = options.onNonFinite;
   const c10::Device device = model.parameters().empty()
       ? c10::Device(c10::DeviceType::CPU)
       : model.parameters().front().device();
   recorder_ = Recorder::create(std::move(plan.keys), std::move(ro), device);
+  recorder_->setNonFiniteHandler(options.onNonFiniteHandler);
   steps_ = std::make_unique<watch::StepObserver>(
       recorder_, stepKeys, stepParameters);
 

@@ -18,17 +18,10 @@ std::vector<Event> windowEvents(
   watch.name = kEventName;
   watch.timestamp = std::chrono::system_clock::now();
   watch.step = step;
-  Event nonFinite = watch;
-  nonFinite.name = kNonFiniteEventName;
   watch.data.reserve(keys.size() * 9 + memory.size() + 1);
   for (size_t k = 0; k < keys.size(); ++k) {
     const double* row = rows + k * kColumns;
-    const std::string name = keys[k].name();
-    appendStatistics(watch.data, name, row, keys[k].kind == Kind::Update);
-    if (row[column::kNonFinite] > 0.0) {
-      nonFinite.data.emplace(
-          name, static_cast<int64_t>(-row[column::kNegFirstNonFinite]));
-    }
+    appendStatistics(watch.data, keys[k].name(), row, keys[k].kind == Kind::Update);
   }
   std::vector<Event> events;
   if (watch.data.empty()) {
@@ -42,9 +35,6 @@ std::vector<Event> windowEvents(
     watch.data.emplace("watch.ranks", *ranks);
   }
   events.push_back(std::move(watch));
-  if (!nonFinite.data.empty()) {
-    events.push_back(std::move(nonFinite));
-  }
   return events;
 }
 

@@ -25,12 +25,15 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/core/Event.h>
 #include <c10/util/ArrayRef.h>
 
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
+#include <torch_monitor/watch/non_finite.h>
 
 namespace torch_monitor {
+class EventHandler;
 struct RankGroup;
 namespace sinks {
 class TensorBoardWriter;
@@ -42,7 +45,9 @@ namespace torch_monitor::watch {
 // Name of the events a watch logs when its window closes (one number per
 // "<path>.<kind>.<statistic>"; registered as statistics, see
 // registerEvents), and of those naming the keys that saw non-finite values
-// in that window (each key's first step with one).
+// (each key's first step with one in the window, once per window: at the
+// step change after that step, or a later one while a device has not
+// caught up, or when the window closes).
 inline constexpr const char* kEventName = "torch_monitor.Watch";
 inline constexpr const char* kNonFiniteEventName = "torch_monitor.NonFinite";
 // The path of the whole model's keys: "total.grad" ("total.update")
@@ -88,6 +93,8 @@ struct RecorderOptions {
   // the process default group.
   bool syncRanks = false;
   std::shared_ptr<const RankGroup> group;
+  // What follows a "torch_monitor.NonFinite" event.
+  OnNonFinite onNonFinite = OnNonFinite::Log;
 };
 
 // One key: "<path>.<kind>", e.g. "fc1.weight.grad" or "fc1.output".
@@ -215,6 +222,12 @@ class TORCH_MONITOR_API Recorder
   // and std::atexit for C++ programs).
   static void closeAll() noexcept;
 
+  // Also gives each "torch_monitor.NonFinite" event of this recorder to
+  // `handler` (nullptr: none), after the registered handlers and before
+  // options().onNonFinite's warning or error; what it throws propagates
+  // as that error would (Python's on_nonfinite=callable).
+  void setNonFiniteHandler(std::shared_ptr<EventHandler> handler);
+
  private:
   Recorder(std::vector<Key> keys, RecorderOptions options, c10::Device device);
   struct Closed; // a window read from the slots
@@ -230,6 +243,18 @@ class TORCH_MONITOR_API Recorder
       std::optional<int64_t> eventStep,
       bool onlyIfObserved = false);
   void publish(Closed closed);
+  // The keys whose non-finite values were not reported yet in this window,
+  // from `rows` (the slots, read on the host), as one event; marks them
+  // reported. `step`: the event's.
+  std::optional<Event> nonFiniteEventLocked(
+      const double* rows,
+      std::optional<int64_t> step);
+  // Between windows: on the CPU, reads the slots; on a device, harvests
+  // the copy of the counts queued before if it has arrived, and queues
+  // the next (never waiting for the device).
+  std::optional<Event> checkNonFiniteLocked();
+  // Logs the event, then does what onNonFinite and the handler say.
+  void reportNonFinite(std::optional<Event> event);
   // Adds each total's pending row to its slot as one observation (the
   // step's total norm); at each step change and close.
   void foldTotalsLocked();
@@ -305,6 +330,13 @@ class TORCH_MONITOR_API Recorder
     bool used = false; // pending holds something of this step
   };
   std::array<Total, 2> totals_; // grad, update
+  // Non-finite values: per key whether this window reported it; the
+  // device's counts and first steps ([2, keys], pinned host memory) copied
+  // at a step change, and the event that says the copy has arrived.
+  std::vector<bool> nonFiniteReported_;
+  at::Tensor nonFiniteHost_;
+  std::optional<c10::Event> nonFiniteCopied_;
+  std::shared_ptr<EventHandler> nonFiniteHandler_;
   Total* totalOf(Kind kind);
   // The total an observation of `key` adds to; nullptr when none (its kind
   // has no total, the total is not watched, or `key` is the total's own).

@@ -65,6 +65,12 @@ struct WatchOptions {
   // process default group (setDefaultRankGroup).
   bool syncRanks = false;
   std::shared_ptr<const RankGroup> group;
+  // After each "torch_monitor.NonFinite" event (at the step change after
+  // the step that saw NaN or inf): `onNonFiniteHandler` gets the event,
+  // then Warn warns and Raise throws c10::Error naming the keys and steps
+  // (from setStep() or step(), after every listener of the step ran).
+  watch::OnNonFinite onNonFinite = watch::OnNonFinite::Log;
+  std::shared_ptr<EventHandler> onNonFiniteHandler;
 };
 
 // Watches a torch::nn::Module until remove() or destruction.

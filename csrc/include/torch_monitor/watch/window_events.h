@@ -18,9 +18,9 @@ namespace torch_monitor::watch {
 
 // The events of one window: a "torch_monitor.Watch" event with the
 // statistics of every key that saw an observation (plus the memory
-// counters), and a "torch_monitor.NonFinite" event naming the keys that saw
-// non-finite values with the first step they did. Nothing when no key saw
-// anything. `rows` holds keys.size() rows of column::kColumns numbers;
+// counters); nothing when no key saw anything. (Non-finite values are
+// reported by the recorder that saw them, as soon as it can: a rank's
+// alarm, not merged.) `rows` holds keys.size() rows of column::kColumns numbers;
 // `ranks`, for a window merged across ranks, how many it covers
 // ("watch.ranks").
 // Thread safety: reads its arguments only; any thread.
