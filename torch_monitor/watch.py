@@ -280,6 +280,7 @@ def watch(
     what: Union[WatchKind, Sequence[WatchKind]] = ("grad", "update"),
     window_steps: Optional[int] = None,
     window_size: Union[None, float, datetime.timedelta] = None,
+    close_on_time: bool = False,
     every: int = 1,
     include: Union[None, str, Pattern] = None,
     exclude: Union[None, str, Pattern] = None,
@@ -314,6 +315,9 @@ def watch(
         what: any of ``"grad"``, ``"weight"``, ``"update"``, ``"output"``,
             ``"output_grad"``.
         window_steps / window_size: the window (see ``Stat``).
+        close_on_time: with ``window_size``, close each window when it
+            ends, on the window timer's thread, even if no step comes (a
+            stalled run still logs); as ``Stat(close_on_time=True)``.
         every: observe on training steps divisible by ``every`` only
             (decided on the device: compiled graphs do not recompile).
         include / exclude: regular expressions searched in the parameter
@@ -390,6 +394,7 @@ def watch(
             "(the statistics reach every registered handler without it)"
         )
     strict_bool(memory, "torch_monitor.watch: memory")
+    strict_bool(close_on_time, "torch_monitor.watch: close_on_time")
     if not (on_nonfinite is None or isinstance(on_nonfinite, str) or callable(on_nonfinite)):
         raise TypeError(
             'torch_monitor.watch: on_nonfinite must be None, "warn", "raise" or a callable taking '
@@ -449,6 +454,7 @@ def watch(
         bool(sync_ranks),
         str(device),
         on_nonfinite if isinstance(on_nonfinite, str) else "log",
+        close_on_time,
     )
     if callable(on_nonfinite):
         _C._set_watch_nonfinite_handler(recorder, on_nonfinite)

@@ -232,3 +232,48 @@ def test_fork_while_the_timer_works_child_closes_on_time():
         """,
         timeout=60,
     )
+
+
+def test_watch_time_windows_close_on_the_timer_when_the_run_stalls():
+    # A stalled run (no set_step, no optimizer step) still logs its watch
+    # window once it ends, on the timer's thread; without close_on_time the
+    # window waits for the next step change.
+    run(
+        """
+        events, threads = [], []
+        def handler(e):
+            if e.name in (tm.WATCH_EVENT, tm.NONFINITE_EVENT):
+                events.append(e)
+                threads.append(threading.get_ident())
+        handle = tm.register_event_handler(handler)
+        model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+        with fake_clock(0) as clock:
+            timed = tm.watch(model, what="output", window_size=1.0, close_on_time=True)
+            lazy_model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+            lazy = tm.watch(lazy_model, what="output", window_size=1.0)
+            tm.set_step(7)
+            model(torch.tensor([[1.0, float("nan")]]))
+            lazy_model(torch.ones(1, 2))
+            clock.set_ms(1500)  # both windows ended; the run stalls here
+            assert wait_for(lambda: len(events) == 2), [e.name for e in events]
+            time.sleep(0.2)  # the timer passes again: nothing more
+            assert sorted(e.name for e in events) == [tm.NONFINITE_EVENT, tm.WATCH_EVENT]
+            assert {e.step for e in events} == {7}
+            assert set(threads) != {threading.get_ident()}  # the timer's thread
+            (window,) = [e for e in events if e.name == tm.WATCH_EVENT]
+            # The NaN input makes every output of both layers NaN.
+            assert window.data["0.output.nonfinite"] == 2 and window.data["1.output.nonfinite"] == 2, window.data
+            timed.remove()  # nothing left to log
+            assert len(events) == 2
+            tm.set_step(8)  # the lazy one closes at a step change
+            assert len(events) == 3 and "0.output.mean" in events[2].data
+            lazy.remove()
+        tm.unregister_event_handler(handle)
+        try:
+            tm.watch(model, what="output", window_steps=10, close_on_time=True)
+        except ValueError as e:
+            assert "close_on_time closes time windows" in str(e), e
+        else:
+            raise AssertionError("close_on_time with window_steps was accepted")
+        """
+    )

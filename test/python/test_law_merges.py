@@ -116,6 +116,7 @@ ROWS = {
             "sync_ranks": "the switch itself",
             "device": "where the rows are kept, not what they mean",
             "on_nonfinite": "each rank's own alarm: non-finite values are reported where they are seen",
+            "close_on_time": "when a window closes, not what it holds",
         },
         owns=lambda i, e: e["name"] == tm.WATCH_EVENT and any(k.startswith(f"w{i}.") for k in e["data"]),
         ranks_key=lambda i: "watch.ranks",

@@ -102,7 +102,7 @@ SAMPLES = {
     "Watch": [
         dict(paths=["fc.weight", "fc"], kinds=["grad", "output"], window_steps=4, every=2,
              histograms_every=3, writer=tensorboard, memory=True, device="cpu", on_nonfinite="raise"),
-        dict(paths=["fc.bias"], kinds=["update"], window_seconds=1.5),
+        dict(paths=["fc.bias"], kinds=["update"], window_seconds=1.5, close_on_time=True),
     ],
 }
 # Another value for each required argument (they have no default to leave

@@ -609,6 +609,8 @@ def test_nonfinite_warn_and_callable(events):
         (dict(what="grad", window_steps=10, on_nonfinite="loud"), ValueError,
          "on_nonfinite must be \"log\", \"warn\" or \"raise\".*got 'loud'"),
         (dict(what="grad", window_steps=10, on_nonfinite=1), TypeError, "on_nonfinite must be None"),
+        (dict(what="grad", window_size=1.0, close_on_time=1), TypeError, "close_on_time must be a bool"),
+        (dict(what="grad", window_steps=10, close_on_time=True), ValueError, "close_on_time closes time windows"),
     ],
 )
 def test_bad_input_is_refused_at_watch_time(kwargs, error, message):

@@ -458,7 +458,7 @@ std::optional<Event> StatEngine<T>::closeOpenWindow() {
 }
 
 template <typename T>
-std::optional<Event> StatEngine<T>::closeEndedWindow(int64_t& openEndMs) {
+std::vector<Event> StatEngine<T>::closeEndedWindow(int64_t& openEndMs) {
   ClosedWindow closed;
   {
     std::lock_guard<WordLock> guard(mutex_);
@@ -484,7 +484,11 @@ std::optional<Event> StatEngine<T>::closeEndedWindow(int64_t& openEndMs) {
       openEndMs = open == kDrivenByOverride ? 0 : open;
     }
   }
-  return eventOf(closed);
+  std::vector<Event> events;
+  if (auto event = eventOf(closed)) {
+    events.push_back(std::move(*event));
+  }
+  return events;
 }
 
 template <typename T>

@@ -50,7 +50,7 @@ struct WindowTimer {
   std::mutex mutex;
   std::condition_variable wake; // the thread waits: new Stat, stop, poll
   std::condition_variable stopped; // stopWindowTimer waits for the thread
-  std::vector<LiveStat*> stats;
+  std::vector<TimedWindows*> stats;
   // Owned; in a forked child it names a thread that does not exist there,
   // so it is dropped without being joined.
   std::thread* thread = nullptr;
@@ -92,11 +92,11 @@ struct WindowTimer {
     std::unique_lock<std::mutex> lock(mutex);
     while (!stopping) {
       int64_t earliestEnd = 0;
-      for (LiveStat* stat : stats) {
+      for (TimedWindows* stat : stats) {
         int64_t openEnd = 0;
         try {
-          if (auto event = stat->closeEndedWindow(openEnd)) {
-            events.push_back(std::move(*event));
+          for (Event& event : stat->closeEndedWindow(openEnd)) {
+            events.push_back(std::move(event));
           }
         } catch (const std::exception& e) {
           TORCH_WARN(
@@ -155,7 +155,7 @@ struct WindowTimer {
         std::remove_if(
             t.stats.begin(),
             t.stats.end(),
-            [](LiveStat* s) { return !s->isTracked(); }),
+            [](TimedWindows* s) { return !s->keptByForkedChild(); }),
         t.stats.end());
     if (!t.stats.empty()) {
       try {
@@ -175,7 +175,7 @@ std::atomic<WindowTimer*> WindowTimer::instance{nullptr};
 
 } // namespace
 
-void joinWindowTimer(LiveStat* stat) noexcept {
+void joinWindowTimer(TimedWindows* stat) noexcept {
   try {
     WindowTimer& t = WindowTimer::get();
     std::lock_guard<std::mutex> guard(t.mutex);
@@ -193,7 +193,7 @@ void joinWindowTimer(LiveStat* stat) noexcept {
   }
 }
 
-void leaveWindowTimer(LiveStat* stat) noexcept {
+void leaveWindowTimer(TimedWindows* stat) noexcept {
   WindowTimer* t = WindowTimer::instance.load(std::memory_order_acquire);
   if (t == nullptr) {
     return;

@@ -29,7 +29,8 @@ c10::intrusive_ptr<ScriptWatch> makeWatch(
     bool memory,
     bool syncRanks,
     const std::string& device,
-    const std::string& onNonFinite) {
+    const std::string& onNonFinite,
+    bool closeOnTime) {
   TORCH_CHECK_VALUE(
       paths.size() == kinds.size(),
       "torch_monitor.watch: one kind per path, got ",
@@ -68,6 +69,7 @@ c10::intrusive_ptr<ScriptWatch> makeWatch(
   options.memory = memory;
   options.syncRanks = syncRanks; // the process default group
   options.onNonFinite = watch::onNonFiniteFromName(onNonFinite);
+  options.closeOnTime = closeOnTime;
   return c10::make_intrusive<ScriptWatch>(
       Recorder::create(std::move(keys), std::move(options), c10::Device(device)),
       std::move(writer));
@@ -94,7 +96,8 @@ Config configOf(const ScriptWatch& self) {
       {"memory", o.memory},
       {"sync_ranks", o.syncRanks},
       {"device", r.device().str()},
-      {"on_nonfinite", std::string(watch::onNonFiniteName(o.onNonFinite))}};
+      {"on_nonfinite", std::string(watch::onNonFiniteName(o.onNonFinite))},
+      {"close_on_time", o.closeOnTime}};
 }
 
 } // namespace
@@ -112,9 +115,10 @@ void registerWatch(torch::Library& m) {
       torch::init(textChecked(&makeWatch)),
       "Watch(paths, kinds, window_steps=0, window_seconds=0.0, every=1, "
       "histograms_every=0, writer=None, memory=False, sync_ranks=False, "
-      "device='cpu', on_nonfinite='log'): the recorder of "
-      "torch_monitor.watch(); keys '<path>.<kind>' in slot order; "
-      "on_nonfinite: 'log', 'warn' or 'raise' after a NonFinite event",
+      "device='cpu', on_nonfinite='log', close_on_time=False): the recorder "
+      "of torch_monitor.watch(); keys '<path>.<kind>' in slot order; "
+      "on_nonfinite: 'log', 'warn' or 'raise' after a NonFinite event; "
+      "close_on_time: the window timer closes time windows as they end",
       {torch::arg("paths"),
        torch::arg("kinds"),
        torch::arg("window_steps") = int64_t(0),
@@ -125,7 +129,8 @@ void registerWatch(torch::Library& m) {
        torch::arg("memory") = false,
        torch::arg("sync_ranks") = false,
        torch::arg("device") = std::string("cpu"),
-       torch::arg("on_nonfinite") = std::string("log")});
+       torch::arg("on_nonfinite") = std::string("log"),
+       torch::arg("close_on_time") = false});
   cls.def_static(
       "plan",
       [](const std::vector<std::string>& what,

@@ -21,6 +21,7 @@
 #include <torch_monitor/background_warnings.h>
 #include <torch_monitor/clock.h>
 #include <torch_monitor/detail/call_each.h>
+#include <torch_monitor/engine/window_timer.h>
 #include <torch_monitor/detail/text.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
@@ -154,6 +155,15 @@ struct Recorder::StepListener final : detail::StepListener {
   }
 };
 
+// The window timer's view of a recorder with closeOnTime.
+struct Recorder::Timed final : detail::TimedWindows {
+  explicit Timed(Recorder* r) : recorder(r) {}
+  std::vector<Event> closeEndedWindow(int64_t& openEndMs) override {
+    return recorder->closeEndedWindow(openEndMs);
+  }
+  Recorder* recorder; // leaves the timer before it is destroyed
+};
+
 Recorder::Recorder(
     std::vector<Key> keys,
     RecorderOptions options,
@@ -198,6 +208,11 @@ std::shared_ptr<Recorder> Recorder::create(
       "torch_monitor.watch: give exactly one window: window_steps (training "
       "steps) or window_size (time), got ",
       bySteps && byTime ? "both" : "neither (or a window of 0)");
+  TORCH_CHECK_VALUE(
+      !options.closeOnTime || byTime,
+      "torch_monitor.watch: close_on_time closes time windows when they end; "
+      "with window_steps a window ends at a step change, which closes it "
+      "anyway: give window_size, or drop close_on_time");
   TORCH_CHECK_VALUE(
       options.every >= 1,
       "torch_monitor.watch: every must be at least 1 (observe every k-th "
@@ -266,10 +281,17 @@ std::shared_ptr<Recorder> Recorder::create(
   r->listener_ = std::make_shared<StepListener>();
   r->listener_->recorder = r;
   detail::addStepListener(r->listener_);
+  if (r->options_.closeOnTime) {
+    r->timed_ = std::make_unique<Timed>(r.get());
+    detail::joinWindowTimer(r->timed_.get());
+  }
   return r;
 }
 
 Recorder::~Recorder() {
+  if (timed_) {
+    detail::leaveWindowTimer(timed_.get());
+  }
   if (listener_) {
     detail::removeStepListener(listener_.get());
   }
@@ -482,6 +504,10 @@ std::optional<Recorder::Closed> Recorder::closeLocked(
 }
 
 void Recorder::publish(Closed c) {
+  dispatchAll(eventsToLog(std::move(c)));
+}
+
+std::vector<Event> Recorder::eventsToLog(Closed c) {
   // Nothing observed: nothing to log here, and an empty marker for the ranks
   // (rank 0 still merges the window: other ranks may have observed).
   const bool empty = !c.rows.defined();
@@ -513,12 +539,44 @@ void Recorder::publish(Closed c) {
             emptyPayload(),
             shape_,
             payloadMerger(keys_, layoutHash_))) {
-      return;
+      return {};
     }
   }
-  if (!empty) {
-    dispatchAll(windowEvents(keys_, rows, c.step, c.memory, std::nullopt));
+  if (empty) {
+    return {};
   }
+  return windowEvents(keys_, rows, c.step, c.memory, std::nullopt);
+}
+
+std::vector<Event> Recorder::closeEndedWindow(int64_t& openEndMs) {
+  std::optional<Closed> closed;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (removed_) {
+      openEndMs = 0;
+      return {};
+    }
+    // Read on this clock, as onStep() reads it: a later step change never
+    // sees a time before the window closed here.
+    const int64_t now = readClock(ClockSource::PRECISE);
+    if (now >= windowEndMs_) {
+      closed = closeLocked(currentStep());
+      const int64_t length = options_.windowSize.count();
+      windowEndMs_ = (now / length + 1) * length;
+    }
+    openEndMs = windowEndMs_;
+  }
+  if (!closed) {
+    return {};
+  }
+  // The NonFinite event is logged here too; warn, raise and the handler
+  // act at step changes, on the training thread, not on the timer's.
+  std::optional<Event> nonFinite = std::move(closed->nonFinite);
+  std::vector<Event> events = eventsToLog(std::move(*closed));
+  if (nonFinite) {
+    events.push_back(std::move(*nonFinite));
+  }
+  return events;
 }
 
 std::optional<Event> Recorder::nonFiniteEventLocked(
@@ -649,6 +707,9 @@ void Recorder::remove() {
   }
   if (listener_) {
     detail::removeStepListener(listener_.get());
+  }
+  if (timed_) {
+    detail::leaveWindowTimer(timed_.get());
   }
   if (closed) {
     std::optional<Event> nonFinite = std::move(closed->nonFinite);

@@ -75,6 +75,7 @@ Watch::Watch(torch::nn::Module& model, WatchOptions options) {
   ro.syncRanks = options.syncRanks;
   ro.group = options.group;
   ro.onNonFinite = options.onNonFinite;
+  ro.closeOnTime = options.closeOnTime;
   const c10::Device device = model.parameters().empty()
       ? c10::Device(c10::DeviceType::CPU)
       : model.parameters().front().device();

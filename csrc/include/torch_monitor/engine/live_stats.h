@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 
+#include <torch_monitor/engine/window_timer.h>
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
 
@@ -20,7 +21,7 @@ namespace torch_monitor::detail {
 // an intrusive list, so joining allocates nothing.
 // Thread safety: track()/untrack() may race with each other and with the
 // registry's walks; the registry calls the virtual methods under its lock.
-class TORCH_MONITOR_API LiveStat {
+class TORCH_MONITOR_API LiveStat : public TimedWindows {
  public:
   LiveStat(const LiveStat&) = delete;
   LiveStat& operator=(const LiveStat&) = delete;
@@ -28,10 +29,6 @@ class TORCH_MONITOR_API LiveStat {
   // Closes the open window now if it holds samples and returns its event; the
   // registry logs it after releasing its own lock.
   virtual std::optional<Event> closeOpenWindow() = 0;
-  // For the window timer (engine/window_timer.h): closes the open window if
-  // it has ended and holds samples, returning its event, and sets
-  // `openEndMs` to the end of the window then open (0: none open).
-  virtual std::optional<Event> closeEndedWindow(int64_t& openEndMs) = 0;
   // For setStep() going back (stepWentBack below): closes the open window of
   // a Stat with step windows if `step` lies before it, stamping its event
   // with `stamp` (the step the run had reached), and returns the event; the
@@ -48,6 +45,9 @@ class TORCH_MONITOR_API LiveStat {
   // Whether this Stat is in the registry: false once a forked child dropped
   // it (it lives on the stack of a thread the child did not inherit).
   bool isTracked() const;
+  bool keptByForkedChild() const override {
+    return isTracked();
+  }
 
  protected:
   LiveStat() = default;

@@ -94,7 +94,7 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
 
   // LiveStat, for closeAllStats(), the window timer and fork().
   std::optional<Event> closeOpenWindow() override;
-  std::optional<Event> closeEndedWindow(int64_t& openEndMs) override;
+  std::vector<Event> closeEndedWindow(int64_t& openEndMs) override;
   std::optional<Event> closeWindowLeftBehind(
       int64_t step,
       std::optional<int64_t> stamp) override;

@@ -1,21 +1,42 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
 
 namespace torch_monitor::detail {
 
-class LiveStat;
+// What the window timer closes: a Stat built with WindowClose::ON_TIME
+// (LiveStat) or a watch with close_on_time (watch::Recorder).
+// Thread safety: the timer calls it on its thread, under its own mutex.
+class TORCH_MONITOR_API TimedWindows {
+ public:
+  // Closes the open window if it has ended and holds something, returning
+  // the events to log (the timer logs them after releasing its mutex), and
+  // sets `openEndMs` to the end of the window then open (0: none open).
+  virtual std::vector<Event> closeEndedWindow(int64_t& openEndMs) = 0;
+  // Whether a forked child keeps it (a Stat on the stack of a thread the
+  // child does not have is dropped).
+  virtual bool keptByForkedChild() const {
+    return true;
+  }
+
+ protected:
+  TimedWindows() = default;
+  ~TimedWindows() = default;
+};
 
 // The window timer: one background thread per process that closes the
-// windows of the Stats built with WindowClose::ON_TIME once they end, so a
-// window with samples is logged even when no later add() comes. Handlers of
-// those events run on the timer's thread.
+// windows of the Stats built with WindowClose::ON_TIME (and of the watches
+// with close_on_time) once they end, so a window with samples is logged
+// even when no later add() or step comes. Handlers of those events run on
+// the timer's thread.
 //
-// Only those Stats join it (a list the timer owns; other Stats pay nothing),
-// and it never touches Stat::add(): it closes a window through the same
-// roll-over a late add() would use (LiveStat::closeEndedWindow).
+// Only those join it (a list the timer owns; others pay nothing), and it
+// never touches Stat::add(): it closes a window through the same roll-over
+// a late add() would use (TimedWindows::closeEndedWindow).
 //
 // Delay: the thread sleeps until the earliest end of an open window among its
 // Stats, but at most kWindowTimerPollMs, since a window opened by an add()
@@ -33,14 +54,14 @@ class LiveStat;
 inline constexpr int64_t kWindowTimerPollMs = 50;
 inline constexpr int64_t kWindowTimerExitWaitMs = 10'000;
 
-// Adds `stat` to the timer's Stats, starting the thread on first use. Never
-// throws: if the thread cannot start, a warning says so and the Stat's
-// windows close lazily. Called once `stat` is fully constructed and
-// tracked.
-void joinWindowTimer(LiveStat* stat) noexcept;
-// Removes `stat`; on return the timer no longer calls it (a pass under way
-// finishes first). Called first thing when a timed Stat is destroyed.
-void leaveWindowTimer(LiveStat* stat) noexcept;
+// Adds `windows` to the timer's list, starting the thread on first use.
+// Never throws: if the thread cannot start, a warning says so and the
+// windows close lazily. Called once `windows` is fully constructed (a Stat:
+// and tracked).
+TORCH_MONITOR_API void joinWindowTimer(TimedWindows* windows) noexcept;
+// Removes `windows`; on return the timer no longer calls it (a pass under
+// way finishes first). Called first thing when it is destroyed.
+TORCH_MONITOR_API void leaveWindowTimer(TimedWindows* windows) noexcept;
 
 } // namespace torch_monitor::detail
 

@@ -95,6 +95,9 @@ struct RecorderOptions {
   std::shared_ptr<const RankGroup> group;
   // What follows a "torch_monitor.NonFinite" event.
   OnNonFinite onNonFinite = OnNonFinite::Log;
+  // Time windows only: the window timer (engine/window_timer.h) closes a
+  // window once it ends, even when no step change comes (a stalled run).
+  bool closeOnTime = false;
 };
 
 // One key: "<path>.<kind>", e.g. "fc1.weight.grad" or "fc1.output".
@@ -232,6 +235,8 @@ class TORCH_MONITOR_API Recorder
   Recorder(std::vector<Key> keys, RecorderOptions options, c10::Device device);
   struct Closed; // a window read from the slots
   struct StepListener;
+  struct Timed; // what the window timer calls (closeOnTime)
+  std::vector<Event> closeEndedWindow(int64_t& openEndMs);
   void startLocked(int64_t step);
   void setGateLocked(int64_t step);
   // Reads and resets the slots, unless nothing can have been observed
@@ -243,6 +248,9 @@ class TORCH_MONITOR_API Recorder
       std::optional<int64_t> eventStep,
       bool onlyIfObserved = false);
   void publish(Closed closed);
+  // publish() up to the dispatch: posts the window to rank 0 when syncing
+  // (then returns nothing), else returns its events.
+  std::vector<Event> eventsToLog(Closed closed);
   // The keys whose non-finite values were not reported yet in this window,
   // from `rows` (the slots, read on the host), as one event; marks them
   // reported. `step`: the event's.
@@ -303,6 +311,7 @@ class TORCH_MONITOR_API Recorder
   uint64_t layoutHash_ = 0; // of the keys: ranks merge equal layouts only
   std::string shape_; // see shape()
   std::shared_ptr<StepListener> listener_;
+  std::unique_ptr<Timed> timed_; // joined to the window timer
 
   mutable std::mutex mutex_;
   at::Tensor slots_;

@@ -71,6 +71,9 @@ struct WatchOptions {
   // (from setStep() or step(), after every listener of the step ran).
   watch::OnNonFinite onNonFinite = watch::OnNonFinite::Log;
   std::shared_ptr<EventHandler> onNonFiniteHandler;
+  // With windowSize: close each window when it ends, on the window timer's
+  // thread, even if no step change comes (a stalled run still logs).
+  bool closeOnTime = false;
 };
 
 // Watches a torch::nn::Module until remove() or destruction.
