@@ -21,8 +21,8 @@
 #include <torch_monitor/background_warnings.h>
 #include <torch_monitor/clock.h>
 #include <torch_monitor/detail/call_each.h>
-#include <torch_monitor/engine/window_timer.h>
 #include <torch_monitor/detail/text.h>
+#include <torch_monitor/engine/window_timer.h>
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/rank_sync.h>
 #include <torch_monitor/rank_sync/protocol.h>
@@ -310,9 +310,7 @@ Recorder::~Recorder() {
         closed = closeLocked(closeStep(), /*onlyIfObserved=*/true);
       }
       if (closed) {
-        std::optional<Event> nonFinite = std::move(closed->nonFinite);
         publish(std::move(*closed));
-        reportNonFinite(std::move(nonFinite));
       }
     } catch (const std::exception& e) {
       TORCH_WARN(
@@ -443,10 +441,10 @@ void Recorder::onStep(int64_t step) {
     setGateLocked(step);
   }
   if (closed) {
-    nonFinite = std::move(closed->nonFinite);
     publish(std::move(*closed));
+  } else {
+    reportNonFinite(std::move(nonFinite));
   }
-  reportNonFinite(std::move(nonFinite));
 }
 
 void Recorder::optimizerStepped() {
@@ -481,7 +479,8 @@ std::optional<Recorder::Closed> Recorder::closeLocked(
     }
     c.rows = slots_.is_cpu() ? slots_.clone() : slots_.to(at::kCPU);
     resetSlots(slots_);
-    c.nonFinite = nonFiniteEventLocked(c.rows.const_data_ptr<double>(), eventStep);
+    c.nonFinite =
+        nonFiniteEventLocked(c.rows.const_data_ptr<double>(), eventStep);
   }
   // The next window reports its own; a copy still in flight is of this
   // one (and has arrived: the read above waited for the stream).
@@ -504,7 +503,9 @@ std::optional<Recorder::Closed> Recorder::closeLocked(
 }
 
 void Recorder::publish(Closed c) {
+  std::optional<Event> nonFinite = std::move(c.nonFinite);
   dispatchAll(eventsToLog(std::move(c)));
+  reportNonFinite(std::move(nonFinite));
 }
 
 std::vector<Event> Recorder::eventsToLog(Closed c) {
@@ -606,7 +607,8 @@ std::optional<Event> Recorder::checkNonFiniteLocked() {
     return std::nullopt;
   }
   if (slots_.is_cpu()) {
-    return nonFiniteEventLocked(slots_.const_data_ptr<double>(), currentStep());
+    return nonFiniteEventLocked(
+        slots_.const_data_ptr<double>(), currentStep());
   }
   // The copy goes on the stream the observations were queued on, behind
   // them; the event says when it has arrived. One copy in flight at a time:
@@ -689,9 +691,7 @@ void Recorder::close() {
     closed = closeLocked(closeStep());
   }
   if (closed) {
-    std::optional<Event> nonFinite = std::move(closed->nonFinite);
     publish(std::move(*closed));
-    reportNonFinite(std::move(nonFinite));
   }
 }
 
@@ -712,9 +712,7 @@ void Recorder::remove() {
     detail::leaveWindowTimer(timed_.get());
   }
   if (closed) {
-    std::optional<Event> nonFinite = std::move(closed->nonFinite);
     publish(std::move(*closed));
-    reportNonFinite(std::move(nonFinite));
   }
 }
 

@@ -58,10 +58,10 @@ inline constexpr int64_t kWindowTimerExitWaitMs = 10'000;
 // Never throws: if the thread cannot start, a warning says so and the
 // windows close lazily. Called once `windows` is fully constructed (a Stat:
 // and tracked).
-TORCH_MONITOR_API void joinWindowTimer(TimedWindows* windows) noexcept;
+void joinWindowTimer(TimedWindows* windows) noexcept;
 // Removes `windows`; on return the timer no longer calls it (a pass under
 // way finishes first). Called first thing when it is destroyed.
-TORCH_MONITOR_API void leaveWindowTimer(TimedWindows* windows) noexcept;
+void leaveWindowTimer(TimedWindows* windows) noexcept;
 
 } // namespace torch_monitor::detail
 

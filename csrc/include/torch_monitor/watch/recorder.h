@@ -247,9 +247,11 @@ class TORCH_MONITOR_API Recorder
   std::optional<Closed> closeLocked(
       std::optional<int64_t> eventStep,
       bool onlyIfObserved = false);
+  // Logs the window (or posts it to rank 0), then reports its non-finite
+  // values (reportNonFinite).
   void publish(Closed closed);
   // publish() up to the dispatch: posts the window to rank 0 when syncing
-  // (then returns nothing), else returns its events.
+  // (then returns nothing), else returns its Watch event.
   std::vector<Event> eventsToLog(Closed closed);
   // The keys whose non-finite values were not reported yet in this window,
   // from `rows` (the slots, read on the host), as one event; marks them
