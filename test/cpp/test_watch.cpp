@@ -396,6 +396,49 @@ TEST(Watch, TiedParametersAreWatchedOnceUnderTheirFirstName) {
   clearStep();
 }
 
+TEST(Watch, CppOptionsForNonFiniteValuesAndTimedWindowsReachTheRecorder) {
+  struct Collect final : EventHandler {
+    std::vector<Event> events;
+    void handle(const Event& event) override {
+      events.push_back(event);
+    }
+  };
+  auto net = std::make_shared<Tied>();
+  auto handler = std::make_shared<Collect>();
+  WatchOptions options;
+  options.what = {"grad"};
+  options.windowSteps = 10;
+  options.onNonFinite = watch::OnNonFinite::Raise;
+  options.onNonFiniteHandler = handler;
+  Watch watch(net, options);
+  ScopedRecorder recorder;
+  torch::optim::SGD optimizer(net->parameters(), 0.1);
+  setStep(0);
+  net->forward(torch::full({2, 3}, std::nan(""))).sum().backward();
+  watch.step(optimizer);
+  EXPECT_THROW(setStep(1), c10::Error);
+  ASSERT_EQ(handler->events.size(), 1u);
+  EXPECT_EQ(std::get<int64_t>(handler->events[0].data.at("tied.grad")), 0);
+  watch.remove();
+  clearStep();
+
+  WatchOptions timed;
+  timed.what = {"grad"};
+  timed.windowSize = std::chrono::seconds(1);
+  timed.closeOnTime = true;
+  EXPECT_TRUE(Watch(net, timed).recorder()->options().closeOnTime);
+  timed.windowSize = std::chrono::milliseconds(0);
+  timed.windowSteps = 10;
+  try {
+    Watch refused(net, timed);
+    FAIL() << "close_on_time with window_steps was accepted";
+  } catch (const c10::ValueError& e) {
+    EXPECT_NE(
+        std::string(e.what_without_backtrace()).find("close_on_time closes time windows"),
+        std::string::npos);
+  }
+}
+
 TEST(Watch, BadInputIsRefusedNamingTheProblem) {
   auto net = std::make_shared<Net>();
   auto message = [&](WatchOptions o) -> std::string {

@@ -1,6 +1,7 @@
 #include <torch_monitor/watch/non_finite.h>
 
 #include <atomic>
+#include <iterator>
 
 #include <c10/util/Exception.h>
 
@@ -17,7 +18,7 @@ std::string_view onNonFiniteName(OnNonFinite action) noexcept {
 }
 
 OnNonFinite onNonFiniteFromName(std::string_view name) {
-  for (int i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < std::size(kNames); ++i) {
     if (name == kNames[i]) {
       return static_cast<OnNonFinite>(i);
     }
