@@ -236,8 +236,16 @@ std::chrono::milliseconds windowFromSeconds(double seconds) {
       " s (datetime.timedelta.max, about 2.7 million years), got ",
       seconds,
       " s");
-  return std::chrono::milliseconds(std::min(
-      static_cast<int64_t>(seconds * 1000.0), Stat<double>::kMaxWindowMs));
+  const double ms = seconds * 1000.0;
+  if (ms >= 1e15) { // beyond 30,000 years doubles are a millisecond apart
+    return std::chrono::milliseconds(
+        std::min(static_cast<int64_t>(ms), Stat<double>::kMaxWindowMs));
+  }
+  // To the nearest microsecond (a timedelta's resolution) first, which the
+  // float of seconds misses (timedelta(milliseconds=1001).total_seconds()
+  // * 1000 is 1000.9999999999999), then truncated to the millisecond, as
+  // torch.monitor's conversion of a timedelta is.
+  return std::chrono::milliseconds(std::llround(seconds * 1e6) / 1000);
 }
 
 void closeAllStats() noexcept {

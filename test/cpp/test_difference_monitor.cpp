@@ -23,6 +23,7 @@
 
 #include <torch_monitor/monitors/difference_monitor.h>
 #include <torch_monitor/reducers/factory.h>
+#include <torch_monitor/script/config.h>
 #include <torch_monitor/script/difference_monitor.h>
 
 #include "test_support.h"
@@ -484,41 +485,47 @@ TEST(ScriptDifferenceMonitor, SavedWithAModuleAndLoaded) {
   expectEqual(loaded->monitor().reducer()->peek().value(), vec({5}));
 }
 
+// The one versioned state every copy kind goes through (its pickle).
+c10::IValue saved(ScriptDifferenceMonitor& holder) {
+  return script::ConfigState<ScriptDifferenceMonitor>::of().save(holder);
+}
+c10::intrusive_ptr<ScriptDifferenceMonitor> loaded(const c10::IValue& state) {
+  return script::ConfigState<ScriptDifferenceMonitor>::of().load(state);
+}
+
 TEST(ScriptDifferenceMonitor, RefusesToSaveCustomCallables) {
   auto holder = scriptMonitor(makeReducer("PassthroughReducer", 1.0, 0.0, false, false, {}));
   holder->monitor().setOp(
       [](const at::Tensor& a, const at::Tensor& b) { return a + b; });
   expectError<c10::Error>(
-      [&] { holder->state(); },
+      [&] { saved(*holder); },
       {"DifferenceMonitor 'state'", "Python callable", "cannot save"});
   holder->monitor().setOp({});
-  EXPECT_EQ(std::get<0>(holder->state()), ScriptDifferenceMonitor::kStateVersion);
+  EXPECT_EQ(saved(*holder).toTupleRef().elements()[0].toInt(), 4);
 }
 
 TEST(ScriptDifferenceMonitor, RefusesAnotherStateVersion) {
   auto holder = scriptMonitor(makeReducer("PassthroughReducer", 1.0, 0.0, false, false, {}));
-  auto state = holder->state();
-  std::get<0>(state) = ScriptDifferenceMonitor::kStateVersion + 1;
+  const c10::IValue later =
+      tuple({int64_t(5), saved(*holder).toTupleRef().elements()[1]});
   expectError<c10::Error>(
-      [&] { ScriptDifferenceMonitor::fromState(c10::IValue(state)); },
-      {"state version", "release that saved it"});
+      [&] { loaded(later); },
+      {"state version 5", "release that saved it"});
   expectError<c10::Error>(
-      [&] { ScriptDifferenceMonitor::fromState(c10::IValue(int64_t(2))); },
-      {"not a versioned tuple"});
+      [&] { loaded(c10::IValue(int64_t(2))); }, {"not a versioned tuple"});
 }
 
 TEST(ScriptDifferenceMonitor, ReadsVersionOneStateWithoutKeepGraph) {
   auto holder = scriptMonitor(makeReducer("PassthroughReducer", 1.0, 0.0, false, false, {}));
   holder->monitor().setKeepGraph(true);
-  auto [version, name, train, eval, reducer, keep, kind] = holder->state();
-  EXPECT_EQ(version, 3);
-  EXPECT_TRUE(keep);
-  EXPECT_EQ(kind, "DifferenceMonitor");
-  auto loaded = ScriptDifferenceMonitor::fromState(
-      c10::ivalue::Tuple::create({int64_t(1), name, train, eval, reducer}));
-  EXPECT_FALSE(loaded->monitor().keepGraph());
-  EXPECT_EQ(loaded->monitor().name(), name);
-  EXPECT_EQ(loaded->kind(), "DifferenceMonitor");
+  EXPECT_TRUE(loaded(saved(*holder))->monitor().keepGraph());
+  auto old = loaded(tuple(
+      {int64_t(1), std::string("state"), true, false, holder->reducerObject()}));
+  EXPECT_FALSE(old->monitor().keepGraph());
+  EXPECT_FALSE(old->monitor().evalUpdate());
+  EXPECT_EQ(old->monitor().name(), "state");
+  EXPECT_EQ(old->kind(), "DifferenceMonitor");
+  EXPECT_EQ(old->scriptReducer().get(), holder->scriptReducer().get());
 }
 
 TEST(ScriptDifferenceMonitor, KeepsItsKindAndReadsVersionTwoWithoutOne) {
@@ -526,13 +533,13 @@ TEST(ScriptDifferenceMonitor, KeepsItsKindAndReadsVersionTwoWithoutOne) {
       makeReducer("PassthroughReducer", 1.0, 0.0, false, false, {}));
   auto holder = c10::make_intrusive<ScriptDifferenceMonitor>(
       c10::IValue(reducer), "output", true, true, false, "OutputMonitor");
-  auto [version, name, train, eval, saved, keep, kind] = holder->state();
-  EXPECT_EQ(ScriptDifferenceMonitor::fromState(c10::IValue(holder->state()))->kind(),
-            "OutputMonitor");
+  EXPECT_EQ(loaded(saved(*holder))->kind(), "OutputMonitor");
+  const c10::IValue object = holder->reducerObject();
   // Saved before monitors had kinds: all were DifferenceMonitors.
-  auto loaded = ScriptDifferenceMonitor::fromState(
-      c10::ivalue::Tuple::create({int64_t(2), name, train, eval, saved, keep}));
-  EXPECT_EQ(loaded->kind(), "DifferenceMonitor");
+  EXPECT_EQ(
+      loaded(tuple({int64_t(2), std::string("output"), true, true, object, false}))
+          ->kind(),
+      "DifferenceMonitor");
   // Only the monitor classes are kinds, also in a loaded state; the
   // attribute path is text without NUL.
   for (const std::string kind : {"", "Nonsense"}) {
@@ -542,24 +549,21 @@ TEST(ScriptDifferenceMonitor, KeepsItsKindAndReadsVersionTwoWithoutOne) {
               c10::IValue(reducer), "x", true, true, false, kind);
         },
         {"kind must name a monitor class", "got '" + kind + "'"});
-    // (Built out here: a C++17 lambda cannot capture structured bindings.)
-    const c10::IValue state = c10::ivalue::Tuple::create(
-        {int64_t(3), name, train, eval, saved, keep, kind});
+    const c10::IValue state = tuple(
+        {int64_t(3), std::string("output"), true, true, object, false, kind});
     expectError<c10::ValueError>(
-        [&] { ScriptDifferenceMonitor::fromState(state); },
-        {"kind must name a monitor class"});
+        [&] { loaded(state); }, {"kind must name a monitor class"});
   }
-  const c10::IValue nulInName = c10::ivalue::Tuple::create(
+  const c10::IValue nulInName = tuple(
       {int64_t(3),
        std::string("w\0x", 3),
-       train,
-       eval,
-       saved,
-       keep,
+       true,
+       true,
+       object,
+       false,
        std::string("DifferenceMonitor")});
   expectError<c10::ValueError>(
-      [&] { ScriptDifferenceMonitor::fromState(nulInName); },
-      {"attribute path contains a NUL"});
+      [&] { loaded(nulInName); }, {"contains a NUL byte"});
 }
 
 } // namespace

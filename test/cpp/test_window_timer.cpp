@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <torch_monitor/engine/window_timer.h>
+#include <torch_monitor/script/config.h>
 #include <torch_monitor/script/stat.h>
 
 #include "test_support.h"
@@ -320,16 +321,16 @@ TEST(WindowTimerFork, ChildClosesItsTimedWindowsOnTime) {
 }
 
 // ---------------------------------------------------------------------------
-// The TorchScript state: version 2 carries close_on_time; version 1 (saved
-// before it existed) still loads, with the lazy close it had.
+// The TorchScript state carries close_on_time; version 1 (saved before it
+// existed) still loads, with the lazy close it had.
 
 TEST(WindowTimerState, PickledStateCarriesTheFlagAndVersionOneStillLoads) {
   using Holder = script::ScriptStat<double>;
-  Holder timed("s", {SUM}, 1000ms, kUnlimited, ON_TIME);
-  const c10::IValue saved(timed.state());
-  auto restored = Holder::fromState(saved);
+  const auto& pickle = script::ConfigState<Holder>::of();
+  Holder timed("s", {SUM}, 1001ms, kUnlimited, ON_TIME);
+  auto restored = pickle.load(pickle.save(timed));
   EXPECT_EQ(restored->stat().windowClose(), ON_TIME);
-  EXPECT_EQ(std::get<0>(timed.state()), Holder::kStateVersion);
+  EXPECT_EQ(restored->stat().windowSize(), 1001ms);
 
   const c10::IValue v1 = c10::ivalue::Tuple::create(
       {c10::IValue(int64_t(1)),
@@ -337,13 +338,14 @@ TEST(WindowTimerState, PickledStateCarriesTheFlagAndVersionOneStillLoads) {
        c10::IValue(std::vector<int64_t>{int64_t(SUM)}),
        c10::IValue(int64_t(1000)),
        c10::IValue(kUnlimited)});
-  auto old = Holder::fromState(v1);
+  auto old = pickle.load(v1);
   EXPECT_EQ(old->stat().name(), "old");
+  EXPECT_EQ(old->stat().windowSize(), 1000ms);
   EXPECT_EQ(old->stat().windowClose(), WindowClose::LAZY);
 
   const c10::IValue wrong = c10::ivalue::Tuple::create(
       {c10::IValue(int64_t(2)), c10::IValue(std::string("x"))});
-  EXPECT_THROW(Holder::fromState(wrong), c10::Error);
+  EXPECT_THROW(pickle.load(wrong), c10::Error);
 }
 
 } // namespace

@@ -404,24 +404,31 @@ def test_python_stat_state_starts_with_version(tmon):
     stat = tmon.Stat("v.loss", [tmon.MEAN, tmon.MAX], 60.0, 10)
     state = stat.__getstate__()
     assert isinstance(state, tuple)
-    # version, name, aggregations, window ms, max samples, close on time,
-    # window steps (0: a time window), sync ranks
-    assert state == (3, "v.loss", [2, 5], 60000, 10, False, 0, False)
-    int_state = tmon.IntStat("v.steps", [tmon.SUM], 2.5).__getstate__()
-    assert int_state[0] == 3
-    assert int_state[1:] == ("v.steps", [4], 2500, 2**63 - 1, False, 0, False)
-    step_state = tmon.Stat("v.by_steps", [tmon.SUM], window_steps=50).__getstate__()
-    assert step_state == (3, "v.by_steps", [4], 0, 2**63 - 1, False, 50, False)
-    # Older versions still load (version 2: no sync ranks).
+    # version, then the constructor's arguments by name (a time window in
+    # seconds, window_steps None)
+    assert state == (4, (("name", "v.loss"), ("aggregations", ["mean", "max"]),
+                         ("window_size", 60.0), ("max_samples", 10), ("close_on_time", False),
+                         ("window_steps", None), ("sync_ranks", False)))
+    int_state = dict(tmon.IntStat("v.steps", [tmon.SUM], 2.5).__getstate__()[1])
+    assert int_state["window_size"] == 2.5 and int_state["max_samples"] == 2**63 - 1
+    step_state = dict(tmon.Stat("v.by_steps", [tmon.SUM], window_steps=50).__getstate__()[1])
+    assert step_state["window_size"] is None and step_state["window_steps"] == 50
+    # Older versions still load: version 3 (a tuple, the window in ms),
+    # version 2 (no sync ranks), version 1 (no steps, no close on time).
+    old = tmon._faces._restore(tmon.Stat, (3, "v.old", [4], 1001, 7, True, 0, False))
+    assert (old.window_size_ms(), old.close_on_time, old.window_steps) == (1001, True, None)
     old = tmon._faces._restore(tmon.Stat, (2, "v.old", [4], 0, 7, False, 25))
     assert old.window_steps == 25 and old.sync_ranks is False
+    old = tmon._faces._restore(tmon.IntStat, (1, "v.old", [4, 3], 2500, 7))
+    assert old.window_size_ms() == 2500 and old.aggregations == [tmon.SUM, tmon.COUNT]
 
 
 def custom_class_states(pickle_bytes):
     """{class name: [first item of each state tuple]} from a TorchScript data.pkl.
 
     A custom class object is pickled as GLOBAL '<module> <Class>', EMPTY_TUPLE,
-    NEWOBJ, then its __getstate__ tuple (MARK, items..., TUPLE), BUILD.
+    NEWOBJ, then its __getstate__ tuple (MARK, items..., TUPLE; a pair is
+    item, item, TUPLE2), BUILD.
     """
     ops = list(pickletools.genops(pickle_bytes))
     found = {}
@@ -433,12 +440,11 @@ def custom_class_states(pickle_bytes):
             j = i + 1
             if ops[j][0].name in ("BINPUT", "LONG_BINPUT", "MEMOIZE"):
                 j += 1
-            assert [o.name for o, _, _ in ops[j : j + 3]] == [
-                "EMPTY_TUPLE",
-                "NEWOBJ",
-                "MARK",
-            ], names
-            found.setdefault(cls, []).append(ops[j + 3])
+            assert [o.name for o, _, _ in ops[j : j + 2]] == ["EMPTY_TUPLE", "NEWOBJ"], names
+            k = j + 2
+            if ops[k][0].name == "MARK":  # a tuple of more than three items
+                k += 1
+            found.setdefault(cls, []).append(ops[k])
     return found
 
 
@@ -465,7 +471,7 @@ def test_saved_archive_state_starts_with_version(tmon, tmp_path):
     _, data = read_data_pkl(path)
     states = custom_class_states(data)
     assert set(states) == {"Stat", "IntStat", "Event"}
-    versions = {"Stat": 3, "IntStat": 3, "Event": 1}
+    versions = {"Stat": 4, "IntStat": 4, "Event": 1}
     for cls, firsts in states.items():
         assert len(firsts) == 1, cls
         op, arg, _ = firsts[0]
@@ -483,7 +489,7 @@ def test_unknown_state_version_fails_in_setstate(tmon):
         return s.name() + "/" + str(s.window_size_ms()) + "/" + str(s.max_samples())
 
     assert restore(1) == "restored/5000/7"  # version 1 had five fields
-    with pytest.raises(RuntimeError, match=r"state version 2 and 5 fields"):
+    with pytest.raises(RuntimeError, match=r"state of version 2 has 5 fields, not 7"):
         restore(2)
 
     @torch.jit.script
@@ -493,7 +499,7 @@ def test_unknown_state_version_fails_in_setstate(tmon):
         return s.name() + "/" + str(s.window_steps()) + "/" + str(s.max_samples())
 
     assert restore_v2(2) == "restored/25/7"
-    with pytest.raises(RuntimeError, match=r"state version 3 and 7 fields"):
+    with pytest.raises(RuntimeError, match=r"state of version 3 has 7 fields, not 8"):
         restore_v2(3)
 
     @torch.jit.script
@@ -503,7 +509,7 @@ def test_unknown_state_version_fails_in_setstate(tmon):
         return s.name() + "/" + str(s.window_steps()) + "/" + str(s.sync_ranks())
 
     assert restore_v3(3) == "restored/25/False"
-    with pytest.raises(RuntimeError, match=r"state version 4; this build reads version 3"):
+    with pytest.raises(RuntimeError, match=r"saved state is not \(version, configuration\)"):
         restore_v3(4)
 
     @torch.jit.script
@@ -513,7 +519,7 @@ def test_unknown_state_version_fails_in_setstate(tmon):
         return s.name()
 
     assert restore_int(1) == "restored"
-    with pytest.raises(RuntimeError, match=r"state version 99"):
+    with pytest.raises(RuntimeError, match=r"state version 99; this build reads versions 1, 2, 3, 4"):
         restore_int(99)
 
 
@@ -521,7 +527,7 @@ def rewrite_archive(src, dst, version):
     """Copies a saved model, setting the Stat state's version to ``version``."""
     name, data = read_data_pkl(src)
     (op, arg, pos), = custom_class_states(data)["Stat"]
-    assert op.name == "BININT1" and arg == 3
+    assert op.name == "BININT1" and arg == 4
     patched = data[: pos + 1] + bytes([version]) + data[pos + 2 :]
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
         for info in zin.infolist():
@@ -530,22 +536,22 @@ def rewrite_archive(src, dst, version):
 
 @pytest.fixture(scope="session")
 def bad_version_model(saved_model, tmp_path_factory):
-    path = tmp_path_factory.mktemp("bad_model") / "version4.pt"
-    rewrite_archive(saved_model, path, 4)
+    path = tmp_path_factory.mktemp("bad_model") / "version5.pt"
+    rewrite_archive(saved_model, path, 5)
     return path
 
 
 def test_unknown_state_version_fails_on_load(tmon, saved_model, bad_version_model, tmp_path):
     # Control: the same rewrite with the version kept loads and runs.
-    same = tmp_path / "version3.pt"
-    rewrite_archive(saved_model, same, 3)
+    same = tmp_path / "version4.pt"
+    rewrite_archive(saved_model, same, 4)
     model = torch.jit.load(str(same))
     assert model.stat.name() == "model.loss"
     assert model(1.0) == 2.0
     del model
     gc.collect()
 
-    with pytest.raises(RuntimeError, match=r"Stat saved with state version 4; this build reads version 3"):
+    with pytest.raises(RuntimeError, match=r"Stat: it was saved with state version 5; this build reads versions 1, 2, 3, 4"):
         torch.jit.load(str(bad_version_model))
 
 
@@ -553,7 +559,7 @@ def test_unknown_state_version_fails_on_load(tmon, saved_model, bad_version_mode
 def test_cpp_consumer_rejects_unknown_state_version(consumer, bad_version_model):
     proc = run([consumer / "torch_monitor_script_only", bad_version_model, 1.0])
     assert proc.returncode == 2
-    assert "Stat saved with state version 4; this build reads version 3" in proc.stderr
+    assert "Stat: it was saved with state version 5; this build reads versions 1, 2, 3, 4" in proc.stderr
     assert not [line for line in json_lines(proc.stdout) if line["kind"] == "result"]
 
 

@@ -91,11 +91,18 @@ def test_invalid_aggregations_name_the_choices(aggregations, error, words):
         (datetime.timedelta(days=1, milliseconds=5), 86400005),
         (0.25, 250),
         (2, 2000),
+        # A float of seconds misses these by a hair (1.001 * 1000 is
+        # 1000.9999999999999); read to the microsecond first, they stay whole.
+        (datetime.timedelta(milliseconds=1001), 1001),
+        (1.001, 1001),
+        (datetime.timedelta(seconds=3, milliseconds=9), 3009),
     ],
 )
 def test_window_size_forms(window, expected_ms):
     stat = tm.Stat("x", [tm.SUM], window)
     assert stat.window_size == datetime.timedelta(milliseconds=expected_ms)
+    counter = tm.WaitCounter("x", window_size=window)
+    assert counter.window_size_ms() == expected_ms
 
 
 @pytest.mark.parametrize(

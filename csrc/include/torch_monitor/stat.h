@@ -216,7 +216,9 @@ class TORCH_MONITOR_API Stat : private detail::StatEngine<T> {
 };
 
 // Converts a window given in seconds (Python's convention) to the whole
-// milliseconds a Stat keeps, truncating; throws c10::ValueError for a
+// milliseconds a Stat keeps: rounded to the microsecond, then truncated
+// (timedelta(microseconds=1500) is 1 ms, as in torch.monitor, and
+// milliseconds / 1000.0 converts back exactly); throws c10::ValueError for a
 // negative, non-finite or too large value. The Stat constructor rejects
 // < 1 ms.
 TORCH_MONITOR_API std::chrono::milliseconds windowFromSeconds(double seconds);

@@ -112,6 +112,9 @@ std::map<std::string, c10::IValue> namedValues(
     for (size_t i = 0; i < old.arguments.size(); ++i) {
       values.emplace(old.arguments[i], fields[i + 1]);
     }
+    if (old.upgrade) {
+      old.upgrade(values);
+    }
     return values;
   }
   std::string known;

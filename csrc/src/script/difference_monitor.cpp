@@ -24,6 +24,25 @@ constexpr std::array<std::string_view, 6> kKinds = {
 
 using Self = c10::intrusive_ptr<ScriptDifferenceMonitor>;
 
+// What a saved state is loaded with: the saved Reducer object itself (the
+// constructor's schema takes a Reducer), so that a module holding it too
+// still shares it after loading.
+Self loadDifferenceMonitor(
+    c10::IValue reducer,
+    std::string name,
+    bool trainUpdate,
+    bool evalUpdate,
+    bool keepGraph,
+    std::string kind) {
+  return c10::make_intrusive<ScriptDifferenceMonitor>(
+      std::move(reducer),
+      std::move(name),
+      trainUpdate,
+      evalUpdate,
+      keepGraph,
+      std::move(kind));
+}
+
 
 void defineDifferenceMonitorClass(torch::Library& m) {
   auto cls = m.class_<ScriptDifferenceMonitor>("DifferenceMonitor");
@@ -37,6 +56,38 @@ void defineDifferenceMonitorClass(torch::Library& m) {
         {"kind", self.kind()},
         {"has_custom_callables", monitor.hasCustomCallables()}};
   });
+  // The captured pre-forward value is not saved (a module is saved between
+  // forward() calls). Version 1 had no keep_graph (it kept none), versions
+  // 1 and 2 no kind.
+  defineConfigPickle(
+      cls,
+      /*version=*/4,
+      &loadDifferenceMonitor,
+      [](ScriptDifferenceMonitor& self) {
+        const DifferenceMonitor& monitor = self.monitor();
+        // A silently different monitor after loading would be worse than
+        // no save.
+        TORCH_CHECK(
+            !monitor.hasCustomCallables(),
+            "cannot save DifferenceMonitor '",
+            monitor.name(),
+            "': its filter_, map_ or op_ is a Python callable, which "
+            "TorchScript cannot save. Save a module whose monitors use the "
+            "default filter_, map_ and op_ (or compute the value inside the "
+            "module and monitor that attribute instead)");
+        return Config{
+            {"reducer", self.reducerObject()},
+            {"name", monitor.name()},
+            {"train_update", monitor.trainUpdate()},
+            {"eval_update", monitor.evalUpdate()},
+            {"keep_graph", monitor.keepGraph()},
+            {"kind", self.kind()}};
+      },
+      {{1, {"name", "train_update", "eval_update", "reducer"}},
+       {2, {"name", "train_update", "eval_update", "reducer", "keep_graph"}},
+       {3,
+        {"name", "train_update", "eval_update", "reducer", "keep_graph",
+         "kind"}}});
   cls.def(
           torch::init(textChecked([](c10::intrusive_ptr<ScriptReducer> reducer,
                          std::string name,
@@ -164,13 +215,7 @@ void defineDifferenceMonitorClass(torch::Library& m) {
                 viewTime(time, "DifferenceMonitor"), tolerance);
           },
           "the reducer's state `time` before the newest one",
-          {torch::arg("time"), torch::arg("tolerance") = kViewTolerance})
-      .def_pickle(
-          [](const Self& self) { return self->state(); },
-          [](c10::IValue state) {
-            checkTextIn(state, "DifferenceMonitor's saved state");
-            return ScriptDifferenceMonitor::fromState(std::move(state));
-          });
+          {torch::arg("time"), torch::arg("tolerance") = kViewTolerance});
 }
 
 } // namespace
@@ -229,58 +274,6 @@ void ScriptDifferenceMonitor::keepReducerObject(c10::IValue object) {
       monitor_.name(),
       "': the Reducer object to keep must hold the monitor's own reducer");
   reducerObject_ = std::move(object);
-}
-
-ScriptDifferenceMonitor::State ScriptDifferenceMonitor::state() const {
-  TORCH_CHECK(
-      !monitor_.hasCustomCallables(),
-      "cannot save DifferenceMonitor '",
-      monitor_.name(),
-      "': its filter_, map_ or op_ is a Python callable, which TorchScript "
-      "cannot save. Save a module whose monitors use the default filter_, "
-      "map_ and op_ (or compute the value inside the module and monitor "
-      "that attribute instead)");
-  return State(
-      kStateVersion,
-      monitor_.name(),
-      monitor_.trainUpdate(),
-      monitor_.evalUpdate(),
-      reducerObject_,
-      monitor_.keepGraph(),
-      kind_);
-}
-
-c10::intrusive_ptr<ScriptDifferenceMonitor> ScriptDifferenceMonitor::fromState(
-    c10::IValue state) {
-  TORCH_CHECK(
-      state.isTuple() && !state.toTupleRef().elements().empty() &&
-          state.toTupleRef().elements()[0].isInt(),
-      "cannot load a torch_monitor DifferenceMonitor: its saved state is not "
-      "a versioned tuple (a corrupted or foreign file?)");
-  const auto& fields = state.toTupleRef().elements();
-  const int64_t version = fields[0].toInt();
-  const bool known = version >= 1 && version <= kStateVersion;
-  // Version 1 has 5 fields; each later version added one.
-  const size_t expected = known ? static_cast<size_t>(version) + 4 : 0;
-  TORCH_CHECK(
-      known && fields.size() == expected &&
-          fields[1].isString() && fields[2].isBool() && fields[3].isBool() &&
-          (version == 1 || fields[5].isBool()) &&
-          (version < 3 || fields[6].isString()),
-      "cannot load a torch_monitor DifferenceMonitor saved with state version ",
-      version,
-      " (",
-      fields.size(),
-      " fields); this build reads versions 1 to ",
-      kStateVersion,
-      ". Load the model with the torch_monitor release that saved it.");
-  return c10::make_intrusive<ScriptDifferenceMonitor>(
-      fields[4],
-      fields[1].toStringRef(),
-      fields[2].toBool(),
-      fields[3].toBool(),
-      version == 1 ? false : fields[5].toBool(),
-      version < 3 ? std::string(kDefaultKind) : fields[6].toStringRef());
 }
 
 void registerMonitorClasses(torch::Library& m) {

@@ -15,6 +15,14 @@ std::chrono::milliseconds windowFromIValue(const c10::IValue& v) {
   return windowFromSeconds(v.isDouble() ? v.toDouble() : double(v.toInt()));
 }
 
+void upgradeSavedWindow(std::map<std::string, c10::IValue>& values) {
+  auto ms = values.find("window_size_ms");
+  if (ms != values.end() && ms->second.isInt()) {
+    values["window_size"] = static_cast<double>(ms->second.toInt()) / 1000.0;
+    values.erase(ms);
+  }
+}
+
 namespace {
 
 Aggregation aggregationFromIValue(const c10::IValue& v) {
@@ -42,6 +50,69 @@ std::vector<Aggregation> aggregationsFromIValue(const c10::IValue& v) {
   return out;
 }
 
+template <typename T>
+std::vector<std::string> aggregationNames(const Stat<T>& stat) {
+  std::vector<std::string> names;
+  for (Aggregation a : stat.aggregations()) {
+    names.emplace_back(aggregationName(a));
+  }
+  return names;
+}
+
+// What the constructor runs, and what a saved state is loaded with.
+template <typename T>
+c10::intrusive_ptr<ScriptStat<T>> makeStat(
+    std::string name,
+    c10::IValue aggregations,
+    c10::IValue windowSize,
+    int64_t maxSamples,
+    bool closeOnTime,
+    std::optional<int64_t> windowSteps,
+    bool syncRanks) {
+  auto holder = ScriptStat<T>::make(
+      std::move(name),
+      aggregationsFromIValue(aggregations),
+      windowSize.isNone() ? std::nullopt
+                          : std::optional(windowFromIValue(windowSize)),
+      windowSteps,
+      maxSamples,
+      closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
+  if (syncRanks) {
+    holder->stat().syncRanks(nullptr); // the process default group
+  }
+  return holder;
+}
+
+// States of versions 1 to 3 were tuples holding the window in milliseconds
+// and a time window as 0 steps (their aggregations as ints, which the
+// constructor takes as they are).
+void upgradeStatWindow(std::map<std::string, c10::IValue>& values) {
+  upgradeSavedWindow(values);
+  auto steps = values.find("window_steps");
+  if (steps != values.end() && steps->second.isInt()) {
+    if (steps->second.toInt() == 0) {
+      values.erase(steps); // a time window
+    } else {
+      values["window_size"] = c10::IValue();
+    }
+  }
+}
+
+// Each version's fields: 2 added close_on_time and window_steps, 3
+// sync_ranks. (A function: registration runs during static initialisation,
+// maybe before this file's globals are made.)
+std::vector<LegacyState> legacyStates() {
+  return {
+    {1, {"name", "aggregations", "window_size_ms", "max_samples"}, upgradeStatWindow},
+    {2,
+     {"name", "aggregations", "window_size_ms", "max_samples", "close_on_time",
+      "window_steps"},
+     upgradeStatWindow},
+    {3,
+     {"name", "aggregations", "window_size_ms", "max_samples", "close_on_time",
+      "window_steps", "sync_ranks"},
+     upgradeStatWindow}};
+}
 
 template <typename T>
 void defineStatClass(torch::Library& m, const char* className) {
@@ -49,41 +120,39 @@ void defineStatClass(torch::Library& m, const char* className) {
   auto cls = m.class_<Holder>(className);
   defineFlatten(cls, [](Holder& self) {
     Stat<T>& stat = self.stat();
-    std::vector<std::string> aggregations;
-    for (Aggregation a : stat.aggregations()) {
-      aggregations.emplace_back(aggregationName(a));
-    }
     return Config{
         {"name", stat.name()},
-        {"aggregations", std::move(aggregations)},
+        {"aggregations", aggregationNames(stat)},
         {"window_size_ms", stat.windowSize().count()},
         {"window_steps", stat.windowSteps()},
         {"max_samples", stat.maxSamples()},
         {"close_on_time", stat.windowClose() == WindowClose::ON_TIME},
         {"sync_ranks", stat.syncsRanks()}};
   });
+  // The state holds the constructor's arguments (a time window in seconds,
+  // which windowFromSeconds reads back to the millisecond); PyTorch 2's
+  // flattened form above keeps the milliseconds its fakes read.
+  defineConfigPickle(
+      cls,
+      /*version=*/4,
+      &makeStat<T>,
+      [](Holder& self) {
+        Stat<T>& stat = self.stat();
+        const int64_t steps = stat.windowSteps();
+        return Config{
+            {"name", stat.name()},
+            {"aggregations", aggregationNames(stat)},
+            {"window_size",
+             steps > 0 ? c10::IValue()
+                       : c10::IValue(stat.windowSize().count() / 1000.0)},
+            {"max_samples", stat.maxSamples()},
+            {"close_on_time", stat.windowClose() == WindowClose::ON_TIME},
+            {"window_steps", steps > 0 ? c10::IValue(steps) : c10::IValue()},
+            {"sync_ranks", stat.syncsRanks()}};
+      },
+      legacyStates());
   cls.def(
-          torch::init(textChecked([](std::string name,
-                         c10::IValue aggregations,
-                         c10::IValue windowSize,
-                         int64_t maxSamples,
-                         bool closeOnTime,
-                         std::optional<int64_t> windowSteps,
-                         bool syncRanks) {
-            auto holder = Holder::make(
-                std::move(name),
-                aggregationsFromIValue(aggregations),
-                windowSize.isNone()
-                    ? std::nullopt
-                    : std::optional(windowFromIValue(windowSize)),
-                windowSteps,
-                maxSamples,
-                closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
-            if (syncRanks) {
-              holder->stat().syncRanks(nullptr); // the process default group
-            }
-            return holder;
-          })),
+          torch::init(textChecked(&makeStat<T>)),
           std::is_same_v<T, double>
               ? "Windowed aggregations of float samples, compatible with "
                 "torch.monitor.Stat.\n\n"
@@ -172,41 +241,12 @@ void defineStatClass(torch::Library& m, const char* className) {
           [](const c10::intrusive_ptr<Holder>& self) {
             return self->stat().syncsRanks();
           })
-      .def(
-          "aggregations",
-          [](const c10::intrusive_ptr<Holder>& self) {
-            std::vector<std::string> names;
-            for (Aggregation a : self->stat().aggregations()) {
-              names.emplace_back(aggregationName(a));
-            }
-            return names;
-          })
-      .def_pickle(
-          [](const c10::intrusive_ptr<Holder>& self) { return self->state(); },
-          [](c10::IValue state) {
-            checkTextIn(state, "Stat's saved state");
-            return Holder::fromState(state);
-          });
+      .def("aggregations", [](const c10::intrusive_ptr<Holder>& self) {
+        return aggregationNames(self->stat());
+      });
 }
 
 } // namespace
-
-template <typename T>
-typename ScriptStat<T>::State ScriptStat<T>::state() const {
-  std::vector<int64_t> aggregations;
-  for (Aggregation a : stat_.aggregations()) {
-    aggregations.push_back(static_cast<int64_t>(a));
-  }
-  return State(
-      kStateVersion,
-      stat_.name(),
-      std::move(aggregations),
-      stat_.windowSize().count(),
-      stat_.maxSamples(),
-      stat_.windowClose() == WindowClose::ON_TIME,
-      stat_.windowSteps(),
-      stat_.syncsRanks());
-}
 
 template <typename T>
 c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::make(
@@ -238,129 +278,6 @@ c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::make(
   }
   return c10::make_intrusive<ScriptStat>(
       std::move(name), std::move(aggregations), *window, maxSamples, windowClose);
-}
-
-template <typename T>
-typename ScriptStat<T>::State ScriptStat<T>::upgrade(const StateV1& old) {
-  const auto& [version, name, aggregations, windowMs, maxSamples] = old;
-  TORCH_CHECK(
-      version == 1,
-      "cannot load a torch_monitor Stat saved with state version ",
-      version,
-      " and 5 fields; version 1 has 5 fields, version 2 has 7, version ",
-      kStateVersion,
-      " has 8. The file is corrupted or from another torch_monitor.");
-  return upgrade(StateV2(2, name, aggregations, windowMs, maxSamples, false, 0));
-}
-
-template <typename T>
-typename ScriptStat<T>::State ScriptStat<T>::upgrade(const StateV2& old) {
-  const auto& [version, name, aggregations, windowMs, maxSamples, closeOnTime, steps] =
-      old;
-  TORCH_CHECK(
-      version == 2,
-      "cannot load a torch_monitor Stat saved with state version ",
-      version,
-      " and 7 fields; version 2 has 7 fields, version ",
-      kStateVersion,
-      " has 8. The file is corrupted or from another torch_monitor.");
-  return State(
-      kStateVersion,
-      name,
-      aggregations,
-      windowMs,
-      maxSamples,
-      closeOnTime,
-      steps,
-      false);
-}
-
-template <typename T>
-c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(
-    const c10::IValue& state) {
-  const bool tuple = state.isTuple();
-  const size_t size = tuple ? state.toTupleRef().elements().size() : 0;
-  TORCH_CHECK(
-      (size == 5 || size == 7 || size == 8) &&
-          state.toTupleRef().elements()[0].isInt(),
-      "cannot load a torch_monitor Stat: its saved state is not a versioned "
-      "tuple of 5, 7 or 8 fields (a corrupted or foreign file?)");
-  const auto& f = state.toTupleRef().elements();
-  const auto ints = [&](const c10::IValue& list) {
-    std::vector<int64_t> out;
-    for (const c10::IValue& item : list.toListRef()) {
-      TORCH_CHECK(
-          item.isInt(),
-          "cannot load a torch_monitor Stat: its saved aggregations are not "
-          "ints (a corrupted or foreign file?)");
-      out.push_back(item.toInt());
-    }
-    return out;
-  };
-  TORCH_CHECK(
-      f[1].isString() && f[2].isList() && f[3].isInt() && f[4].isInt() &&
-          (size == 5 || (f[5].isBool() && f[6].isInt())) &&
-          (size < 8 || f[7].isBool()),
-      "cannot load a torch_monitor Stat saved with state version ",
-      f[0].toInt(),
-      ": its fields have unexpected types (a corrupted or foreign file?)");
-  if (size == 5) {
-    return fromState(upgrade(StateV1(
-        f[0].toInt(),
-        f[1].toStringRef(),
-        ints(f[2]),
-        f[3].toInt(),
-        f[4].toInt())));
-  }
-  if (size == 7) {
-    return fromState(upgrade(StateV2(
-        f[0].toInt(),
-        f[1].toStringRef(),
-        ints(f[2]),
-        f[3].toInt(),
-        f[4].toInt(),
-        f[5].toBool(),
-        f[6].toInt())));
-  }
-  return fromState(State(
-      f[0].toInt(),
-      f[1].toStringRef(),
-      ints(f[2]),
-      f[3].toInt(),
-      f[4].toInt(),
-      f[5].toBool(),
-      f[6].toInt(),
-      f[7].toBool()));
-}
-
-template <typename T>
-c10::intrusive_ptr<ScriptStat<T>> ScriptStat<T>::fromState(State state) {
-  auto& [version, name, aggregationInts, windowMs, maxSamples, closeOnTime, steps, syncRanks] =
-      state;
-  TORCH_CHECK(
-      version == kStateVersion,
-      "cannot load a torch_monitor Stat saved with state version ",
-      version,
-      "; this build reads version ",
-      kStateVersion,
-      " (and 1, 2). Load the model with the torch_monitor release that saved "
-      "it.");
-  std::vector<Aggregation> aggregations;
-  for (int64_t a : aggregationInts) {
-    aggregations.push_back(aggregationFromInt(a));
-  }
-  auto holder = make(
-      std::move(name),
-      std::move(aggregations),
-      steps == 0 ? std::optional(std::chrono::milliseconds(windowMs))
-                 : std::nullopt,
-      steps == 0 ? std::nullopt : std::optional(steps),
-      maxSamples,
-      closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
-  if (syncRanks) {
-    holder->stat().syncRanks(nullptr); // the process default group
-  }
-  return holder;
 }
 
 template <typename T>

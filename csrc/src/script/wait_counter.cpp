@@ -6,42 +6,6 @@
 
 namespace torch_monitor::script {
 
-ScriptWaitCounter::State ScriptWaitCounter::state() const {
-  const Stat<double>& stat = counter_.stat();
-  return State(
-      kStateVersion,
-      stat.name(),
-      stat.windowSize().count(),
-      stat.windowClose() == WindowClose::ON_TIME);
-}
-
-c10::intrusive_ptr<ScriptWaitCounter> ScriptWaitCounter::fromState(
-    const c10::IValue& state) {
-  const bool fits = state.isTuple() &&
-      state.toTupleRef().elements().size() == 4 &&
-      state.toTupleRef().elements()[0].isInt();
-  TORCH_CHECK(
-      fits,
-      "cannot load a torch_monitor WaitCounter: its saved state is not a "
-      "versioned tuple of 4 fields (a corrupted or foreign file?)");
-  const auto& f = state.toTupleRef().elements();
-  TORCH_CHECK(
-      f[0].toInt() == kStateVersion,
-      "cannot load a torch_monitor WaitCounter saved with state version ",
-      f[0].toInt(),
-      "; this build reads version ",
-      kStateVersion,
-      ". Load the model with the torch_monitor release that saved it.");
-  TORCH_CHECK(
-      f[1].isString() && f[2].isInt() && f[3].isBool(),
-      "cannot load a torch_monitor WaitCounter: its saved fields have "
-      "unexpected types (a corrupted or foreign file?)");
-  return c10::make_intrusive<ScriptWaitCounter>(
-      f[1].toStringRef(),
-      std::chrono::milliseconds(f[2].toInt()),
-      f[3].toBool() ? WindowClose::ON_TIME : WindowClose::LAZY);
-}
-
 void ScriptWaitCounterTracker::enter() {
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(
@@ -67,6 +31,21 @@ void ScriptWaitCounterTracker::exit() {
   // Outside the lock: recording may close a window and run handlers.
   finished->stop();
 }
+
+namespace {
+
+// What the constructor runs, and what a saved state is loaded with.
+c10::intrusive_ptr<ScriptWaitCounter> makeWaitCounter(
+    std::string key,
+    c10::IValue windowSize,
+    bool closeOnTime) {
+  return c10::make_intrusive<ScriptWaitCounter>(
+      std::move(key),
+      windowFromIValue(windowSize),
+      closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
+}
+
+} // namespace
 
 void registerWaitCounterClasses(torch::Library& m) {
   using Counter = ScriptWaitCounter;
@@ -104,16 +83,23 @@ void registerWaitCounterClasses(torch::Library& m) {
   defineFlatten(counter, [configOf](const Counter& self) {
     return configOf(self.counter());
   });
+  // The state holds the constructor's arguments (the window in seconds,
+  // which windowFromSeconds reads back to the millisecond).
+  defineConfigPickle(
+      counter,
+      /*version=*/2,
+      &makeWaitCounter,
+      [](const Counter& self) {
+        const WaitCounter& c = self.counter();
+        return Config{
+            {"key", c.key()},
+            {"window_size", c.stat().windowSize().count() / 1000.0},
+            {"close_on_time", c.stat().windowClose() == WindowClose::ON_TIME}};
+      },
+      {{1, {"key", "window_size_ms", "close_on_time"}, upgradeSavedWindow}});
   counter
       .def(
-          torch::init(textChecked([](std::string key,
-                         const c10::IValue& windowSize,
-                         bool closeOnTime) {
-            return c10::make_intrusive<Counter>(
-                std::move(key),
-                windowFromIValue(windowSize),
-                closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
-          })),
+          torch::init(textChecked(&makeWaitCounter)),
           "A named duration counter (torch.monitor's _WaitCounter). Each "
           "unit of work timed by `with counter.guard():` is one sample, its "
           "duration in microseconds, of a Stat named after the key, which "
@@ -154,12 +140,6 @@ void registerWaitCounterClasses(torch::Library& m) {
               out.insert(aggregationName(aggregation), value);
             }
             return out;
-          })
-      .def_pickle(
-          [](const c10::intrusive_ptr<Counter>& self) { return self->state(); },
-          [](c10::IValue state) {
-            checkTextIn(state, "WaitCounter's saved state");
-            return Counter::fromState(state);
           });
 }
 

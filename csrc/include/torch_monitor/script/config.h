@@ -124,11 +124,14 @@ auto textChecked(F function) {
   return textCheckedFunction(std::move(function), typename Traits::parameter_types{});
 }
 
-// What an earlier state version held: its constructor arguments, in order,
-// after the version number (a tuple without names).
+// What an earlier state version held: its fields, in order, after the
+// version number (a tuple without names), named as the constructor's
+// arguments or, where a field was saved in another form, by a name
+// `upgrade` replaces with the arguments it stands for.
 struct LegacyState {
   int64_t version;
   std::vector<std::string> arguments;
+  std::function<void(std::map<std::string, c10::IValue>&)> upgrade = nullptr;
 };
 
 // The arguments of class `cls`'s constructor (its registered schema,
@@ -177,24 +180,23 @@ struct ConfigState {
   }
 };
 
-// Defines __obj_flatten__ and __eq__ (defineFlatten) and the object's one
-// versioned state, (version, ((argument, value), ...)): `config(self)`
-// names every constructor argument, so whatever the constructor takes is
-// saved, and loading calls `make` (the function the constructor runs) with
-// the saved values by name. A state of an earlier version is read by the
-// names `legacy` gives its fields, and an argument added since then takes
-// its schema default: adding a constructor argument to such a class
-// touches its registration only. `make` refuses what the constructor
-// refuses (a path with NUL, an unknown name): a corrupted archive gets the
-// constructor's error.
+// Defines the object's one versioned state, (version, ((argument, value),
+// ...)): `config(self)` names every constructor argument, so whatever the
+// constructor takes is saved, and loading calls `make` (the function the
+// constructor runs) with the saved values by name. A state of an earlier
+// version is read by the names `legacy` gives its fields, and an argument
+// added since then takes its schema default: adding a constructor argument
+// to such a class touches its registration only. `make` refuses what the
+// constructor refuses (a path with NUL, an unknown name): a corrupted
+// archive gets the constructor's error. `config` may throw to refuse a
+// save (a monitor holding a Python callable).
 template <class Holder, class ConfigOf, class... Args>
-torch::class_<Holder>& defineConfigState(
+torch::class_<Holder>& defineConfigPickle(
     torch::class_<Holder>& cls,
     int64_t version,
     c10::intrusive_ptr<Holder> (*make)(Args...),
     ConfigOf config,
     std::vector<LegacyState> legacy = {}) {
-  defineFlatten(cls, config);
   ConfigState<Holder>::of().save = [config, version](Holder& self) -> c10::IValue {
     return c10::ivalue::Tuple::create(
         c10::IValue(version), flattenConfig(config(self)));
@@ -216,6 +218,19 @@ torch::class_<Holder>& defineConfigState(
         return ConfigState<Holder>::of().save(*self);
       },
       [](c10::IValue state) { return ConfigState<Holder>::of().load(state); });
+}
+
+// defineFlatten and defineConfigPickle with one configuration: for an
+// object whose constructor arguments are also what PyTorch 2 guards on.
+template <class Holder, class ConfigOf, class... Args>
+torch::class_<Holder>& defineConfigState(
+    torch::class_<Holder>& cls,
+    int64_t version,
+    c10::intrusive_ptr<Holder> (*make)(Args...),
+    ConfigOf config,
+    std::vector<LegacyState> legacy = {}) {
+  defineFlatten(cls, config);
+  return defineConfigPickle(cls, version, make, config, std::move(legacy));
 }
 
 } // namespace torch_monitor::script

@@ -2,7 +2,6 @@
 
 #include <cstdint>
 #include <string>
-#include <tuple>
 
 #include <torch/custom_class.h>
 
@@ -19,19 +18,6 @@ namespace torch_monitor::script {
 // Thread safety: as DifferenceMonitor (every method from any thread).
 class ScriptDifferenceMonitor : public torch::CustomClassHolder {
  public:
-  // Pickled state; the version comes first so later layouts can be read.
-  // The captured pre-forward value is not part of it (a module is saved
-  // between forward() calls).
-  using State = std::tuple<
-      int64_t, // version
-      std::string, // name: the attribute path
-      bool, // train_update
-      bool, // eval_update
-      c10::IValue, // the Reducer object, pickled by its class
-      bool, // keep_graph (absent in version 1, which kept none)
-      std::string>; // kind (absent before version 3: "DifferenceMonitor")
-  static constexpr int64_t kStateVersion = 3;
-
   // The kind of a monitor built without one.
   static constexpr const char* kDefaultKind = "DifferenceMonitor";
 
@@ -77,15 +63,6 @@ class ScriptDifferenceMonitor : public torch::CustomClassHolder {
   // construction, so that a module holding both still shares one reducer
   // once saved and loaded. Throws c10::ValueError for another reducer.
   void keepReducerObject(c10::IValue object);
-
-  // Throws c10::Error naming the monitor when it has custom (Python)
-  // callables: those cannot be saved, and a silently different monitor after
-  // loading would be worse than no save.
-  State state() const;
-  // Reads versions 1 to 3 (version 1's tuple has no keep_graph, versions 1
-  // and 2 no kind).
-  static c10::intrusive_ptr<ScriptDifferenceMonitor> fromState(
-      c10::IValue state);
 
  private:
   c10::IValue reducerObject_;

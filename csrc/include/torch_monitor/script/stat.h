@@ -1,9 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -20,30 +20,6 @@ namespace torch_monitor::script {
 template <typename T>
 class ScriptStat : public torch::CustomClassHolder {
  public:
-  // Pickled state; the version comes first so later layouts can be read.
-  using State = std::tuple<
-      int64_t, // version
-      std::string, // name
-      std::vector<int64_t>, // aggregations as ints, as given
-      int64_t, // window in ms
-      int64_t, // max samples
-      bool, // close on time (since version 2)
-      int64_t, // window in training steps, 0: a time window (since 2)
-      bool>; // syncs ranks, restored on the default group (since 3)
-  // Version 1: without close on time (it was always off) and what follows.
-  using StateV1 =
-      std::tuple<int64_t, std::string, std::vector<int64_t>, int64_t, int64_t>;
-  // Version 2: without sync ranks (it did not exist).
-  using StateV2 = std::tuple<
-      int64_t,
-      std::string,
-      std::vector<int64_t>,
-      int64_t,
-      int64_t,
-      bool,
-      int64_t>;
-  static constexpr int64_t kStateVersion = 3;
-
   ScriptStat(
       std::string name,
       std::vector<Aggregation> aggregations,
@@ -87,14 +63,6 @@ class ScriptStat : public torch::CustomClassHolder {
   // Stat::add(const at::Tensor&)). Throws c10::TypeError for anything else.
   void addValue(const c10::IValue& value);
 
-  State state() const;
-  static c10::intrusive_ptr<ScriptStat> fromState(State state);
-  // A state of any version this build reads (TorchScript's pickler hands
-  // over whatever tuple was saved). Throws for anything else.
-  static c10::intrusive_ptr<ScriptStat> fromState(const c10::IValue& state);
-  static State upgrade(const StateV1& old);
-  static State upgrade(const StateV2& old);
-
  private:
   Stat<T> stat_;
 };
@@ -102,6 +70,11 @@ class ScriptStat : public torch::CustomClassHolder {
 // A window given to a TorchScript constructor: a number of seconds (float
 // or int); c10::TypeError / c10::ValueError otherwise.
 std::chrono::milliseconds windowFromIValue(const c10::IValue& v);
+
+// A saved state's named values (script/config.h) from before the window was
+// saved as the constructor takes it, in seconds: Stat's versions 1 to 3 and
+// WaitCounter's 1 held `window_size_ms`, replaced here by `window_size`.
+void upgradeSavedWindow(std::map<std::string, c10::IValue>& values);
 
 using ScriptDoubleStat = ScriptStat<double>;
 using ScriptIntStat = ScriptStat<int64_t>;

@@ -5,7 +5,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <tuple>
 
 #include <torch/custom_class.h>
 
@@ -18,14 +17,6 @@ namespace torch_monitor::script {
 // Thread safety: as WaitCounter.
 class ScriptWaitCounter : public torch::CustomClassHolder {
  public:
-  // Pickled state; the version comes first so later layouts can be read.
-  using State = std::tuple<
-      int64_t, // version
-      std::string, // key
-      int64_t, // window in ms
-      bool>; // close on time
-  static constexpr int64_t kStateVersion = 1;
-
   ScriptWaitCounter(
       std::string key,
       std::chrono::milliseconds window,
@@ -38,11 +29,6 @@ class ScriptWaitCounter : public torch::CustomClassHolder {
   const WaitCounter& counter() const noexcept {
     return counter_;
   }
-
-  State state() const;
-  // Throws for a state this build cannot read (a corrupted or foreign file).
-  static c10::intrusive_ptr<ScriptWaitCounter> fromState(
-      const c10::IValue& state);
 
  private:
   WaitCounter counter_;
