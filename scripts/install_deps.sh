@@ -20,10 +20,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# torch is pinned: an unpinned torch would pull several GB of CUDA packages.
-# mypy: test_typing.py checks typed code using the package with it.
+# Pinned, one list (scripts/requirements.txt) for this Python and the
+# wheel's test environment (scripts/test_wheel.sh).
 echo "== pip install (pinned)"
 "$PYTHON" -m pip install -q --disable-pip-version-check \
-  torch==2.13.0 numpy==2.4.6 tensorboard==2.21.0 pytest==9.0.3 mypy==2.4.1 \
-  inferno-ai==0.0.5 einops==0.8.2 prometheus_client==0.26.0 \
-  setuptools wheel 2>&1 | grep -v "Running pip as the 'root' user" || true
+  -r "$(dirname "${BASH_SOURCE[0]}")/requirements.txt" 2>&1 | grep -v "Running pip as the 'root' user" || true

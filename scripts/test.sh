@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: installs what is missing, builds everything with the C++
 # tests, then runs every test (ctest, ctest under ASan+UBSan and under TSan,
-# then pytest). Exits non-zero if any fails.
+# then pytest against the wheel, installed into a fresh virtual
+# environment). Exits non-zero if any fails.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/install_deps.sh
@@ -41,11 +42,10 @@ with_progress build/tsan.log bash -c "cmake -S . -B build/tsan $SANITIZER_FLAGS 
     ctest --test-dir build/tsan -L tsan --output-on-failure -j2
 tsan_status=$?
 
-echo "== Python tests (pytest)"
-# -P keeps the repo root off sys.path, so the installed package is imported,
-# not the source folder (which has no compiled parts). --durations names the
-# slowest tests, to keep the whole run well under an hour.
-TORCH_MONITOR_REQUIRE=1 "$PYTHON" -P -m pytest -q -p no:cacheprovider --durations=15 test/python
+# The Python suite runs against the wheel a user installs: built (reusing
+# build/cmake), repaired by auditwheel and installed into a fresh virtual
+# environment, where the tests run from outside the source tree.
+bash scripts/build_wheel.sh && bash scripts/test_wheel.sh
 py_status=$?
 
 echo "== summary: ctest exit $cpp_status, ASan+UBSan ctest exit $sanitize_status," \
