@@ -78,35 +78,6 @@ def strict_bool(value: Any, where: str) -> bool:
     return value
 
 
-def _str(value: Any, where: str) -> str:
-    """Text for C++: a str, or bytes holding UTF-8; never a lone surrogate or
-    a NUL (C++ strings are UTF-8 bytes, and NUL would cut paths and names)."""
-    if isinstance(value, bytes):
-        try:
-            value = value.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(
-                f"{where} is not valid UTF-8: byte 0x{value[e.start]:02X} at index {e.start} "
-                f"({e.reason}); pass valid text"
-            ) from None
-    if not isinstance(value, str):
-        raise _type_error(where, "a str", value)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(
-            f"{where} is not valid UTF-8: it holds the lone surrogate U+{ord(value[e.start]):04X} "
-            f"at index {e.start} (undecodable bytes kept by errors='surrogateescape'?); decode "
-            "the bytes with errors='replace' or pass valid text"
-        ) from None
-    if "\0" in value:
-        raise ValueError(
-            f"{where} contains a NUL character at index {value.index(chr(0))}; "
-            "names and text values must not contain NUL"
-        )
-    return value
-
-
 def setting(holder: str, method: str, annotation: type, doc: str, name: str = "") -> property:
     """A read-write property of an nn-side object (a monitor, a reducer)
     whose value lives on its C++ object ``self.<holder>``: read by the
@@ -178,7 +149,7 @@ KINDS_OF_SCHEMA = {
     "int": Kind("int", _int),
     "float": Kind("float", _float),
     "bool": Kind("bool", strict_bool),
-    "str": Kind("str", _str),
+    "str": Kind("str", _C._text),
     "Tensor": Kind("torch.Tensor", _tensor),
     "Device": Kind("Union[torch.device, str]", _device),
     "ScalarType": Kind("torch.dtype", _dtype),
@@ -214,7 +185,7 @@ def _seconds(value: Any, where: str) -> float:
 def _path(value: Any, where: str) -> str:
     if not isinstance(value, (str, bytes, os.PathLike)):
         raise _type_error(where, "a path (str or os.PathLike)", value)
-    return _str(os.fspath(value), where)
+    return _C._text(os.fspath(value), where)
 
 
 def _names(value: Any, where: str) -> List[str]:
@@ -222,7 +193,7 @@ def _names(value: Any, where: str) -> List[str]:
     if value is None:
         return []
     if isinstance(value, str):
-        return [_str(value, where)]
+        return [_C._text(value, where)]
     return _list(KINDS_OF_SCHEMA["str"]).convert(value, where)
 
 

@@ -390,20 +390,10 @@ FACES["PytorchCounterCapture"] = Spelling(
 # (Python's Watch holds both).
 FACES["Watch"] = Spelling(kinds={"window_seconds": "seconds"})
 
-Stat = _faces.make_face("Stat", FACES["Stat"])
-IntStat = _faces.make_face("IntStat", FACES["IntStat"])
-WaitCounterTracker = _faces.make_face("WaitCounterTracker", FACES["WaitCounterTracker"])
-WaitCounter = _faces.make_face("WaitCounter", FACES["WaitCounter"])
-TensorBoardWriter = _faces.make_face("TensorBoardWriter", FACES["TensorBoardWriter"])
-JsonLinesWriter = _faces.make_face("JsonLinesWriter", FACES["JsonLinesWriter"])
-ConsoleHandler = _faces.make_face("ConsoleHandler", FACES["ConsoleHandler"])
-MemoryHandler = _faces.make_face("MemoryHandler", FACES["MemoryHandler"])
-PrometheusExporter = _faces.make_face("PrometheusExporter", FACES["PrometheusExporter"])
-PrometheusTextFile = _faces.make_face("PrometheusTextFile", FACES["PrometheusTextFile"])
-Reducer = _faces.make_face("Reducer", FACES["Reducer"])
-DifferenceMonitor = _faces.make_face("DifferenceMonitor", FACES["DifferenceMonitor"])
-Watch = _faces.make_face("Watch", FACES["Watch"])
-PytorchCounterCapture = _faces.make_face("PytorchCounterCapture", FACES["PytorchCounterCapture"])
+# One face per class, under the class's name (_spellings.pyi types them).
+for _name, _spelling in FACES.items():
+    globals()[_name] = _faces.make_face(_name, _spelling)
+del _name, _spelling
 # Not exported by torch_monitor under these names (its DifferenceMonitor and
 # Watch are the nn.Module and watch()'s front end that hold them): pickles
 # find them here.

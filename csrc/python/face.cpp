@@ -245,6 +245,14 @@ void initFaces(py::module_& m) {
       [](py::handle obj) { return cppObjectOf(obj.ptr()) != nullptr; },
       py::arg("face"),
       "Whether the face wraps an object (its __init__ ran)");
+  m.def(
+      "_text",
+      &textFromPython,
+      py::arg("value"),
+      py::arg("where"),
+      "`value` (a str, or bytes holding UTF-8) as text for C++: the faces' "
+      "check of every name, path and key, the one the binding's own "
+      "arguments get (no lone surrogate, no NUL; errors name `where`)");
 }
 
 } // namespace torch_monitor::python

@@ -15,22 +15,6 @@ namespace {
 
 using Self = c10::intrusive_ptr<ScriptReducer>;
 
-std::map<std::string, double> toMap(const c10::Dict<std::string, double>& d) {
-  std::map<std::string, double> out;
-  for (const auto& entry : d) {
-    out.emplace(entry.key(), entry.value());
-  }
-  return out;
-}
-
-c10::Dict<std::string, double> toDict(const std::map<std::string, double>& m) {
-  c10::Dict<std::string, double> out;
-  for (const auto& [name, value] : m) {
-    out.insert(name, value);
-  }
-  return out;
-}
-
 Criterion criterionFromName(const std::string& name, double threshold) {
   if (name.empty()) {
     return Criterion();
@@ -112,7 +96,7 @@ ScriptReducer::State ScriptReducer::state(bool forSaving) const {
       r.duration(),
       r.inclusive(),
       r.inplace(),
-      toDict(r.params()),
+      dictOf(r.params()),
       criterionName,
       threshold,
       snap.storage.detach(),
@@ -153,7 +137,7 @@ void ScriptReducer::loadState(const State& state) {
   r.setStepTime(stepTime);
   r.setInplace(inplace);
   const std::map<std::string, double> current = r.params();
-  for (const auto& [name, value] : toMap(params)) {
+  for (const auto& [name, value] : mapOf(params)) {
     r.setParam(name, value);
   }
   // A parameter the saved reducer did not have is unset (NaN), e.g. a
@@ -177,7 +161,7 @@ c10::intrusive_ptr<ScriptReducer> ScriptReducer::fromState(const State& state) {
       duration,
       inclusive,
       inplace,
-      toMap(params),
+      mapOf(params),
       criterionFromName(criterionName, threshold));
   reducer->restore(
       FoldReducer::Snapshot{storage, allocated, next, hasState, steps});
@@ -209,7 +193,7 @@ void registerReducerClasses(torch::Library& m) {
         {"duration", fold.duration()},
         {"inclusive", fold.inclusive()},
         {"inplace", fold.inplace()},
-        {"params", toDict(fold.params())},
+        {"params", dictOf(fold.params())},
         {"criterion", criterion ? criterion->repr() : std::string()}};
   });
   cls.def(
@@ -227,7 +211,7 @@ void registerReducerClasses(torch::Library& m) {
                 duration,
                 inclusive,
                 inplace,
-                params ? toMap(*params) : std::map<std::string, double>(),
+                params ? mapOf(*params) : std::map<std::string, double>(),
                 criterionFromName(criterion, threshold)));
           })),
           "Reducer(kind, step_time, duration=0.0, inclusive=False, "
@@ -306,7 +290,7 @@ void registerReducerClasses(torch::Library& m) {
           [](const Self& self) { return self->fold().historySize(); })
       .def("steps", [](const Self& self) { return self->fold().steps(); })
       .def("fill", [](const Self& self) { return self->fold().fill(); })
-      .def("params", [](const Self& self) { return toDict(self->fold().params()); })
+      .def("params", [](const Self& self) { return dictOf(self->fold().params()); })
       .def(
           "set_param",
           [](const Self& self, const std::string& name, double value) {

@@ -143,6 +143,7 @@ Config fileSinkConfig(Config own, const Options& o) {
   own.emplace_back("flush_interval", secondsOf(o.flushInterval));
   own.emplace_back("max_buffer_bytes", static_cast<int64_t>(o.maxBufferBytes));
   own.emplace_back("event_names", o.eventNames);
+  own.emplace_back("ranks", std::string(sinks::rankFilesName(o.ranks)));
   return own;
 }
 
@@ -232,9 +233,7 @@ void registerTensorBoardWriter(torch::Library& m) {
       [](ScriptSink<S>& self) {
     return fileSinkConfig(
         {{"log_dir", self.get().logdir()},
-         {"step_key", self.get().options().stepKey},
-         {"ranks",
-          std::string(sinks::rankFilesName(self.get().options().ranks))}},
+         {"step_key", self.get().options().stepKey}},
         self.get().options());
   },
       {{1, {"log_dir", "flush_interval", "max_buffer_bytes", "event_names", "step_key"}}});
@@ -437,9 +436,7 @@ void registerJsonLinesWriter(torch::Library& m) {
       [](ScriptSink<S>& self) {
     return fileSinkConfig(
         {{"path", self.get().path()},
-         {"append", self.get().options().append},
-         {"ranks",
-          std::string(sinks::rankFilesName(self.get().options().ranks))}},
+         {"append", self.get().options().append}},
         self.get().options());
   },
       {{1, {"path", "flush_interval", "max_buffer_bytes", "event_names"}}});
@@ -629,22 +626,6 @@ void registerMemoryHandler(torch::Library& m) {
           });
 }
 
-std::map<std::string, std::string> labelMap(const Labels& labels) {
-  std::map<std::string, std::string> out;
-  for (const auto& entry : labels) {
-    out.emplace(entry.key(), entry.value());
-  }
-  return out;
-}
-
-Labels labelDict(const std::map<std::string, std::string>& labels) {
-  Labels out;
-  for (const auto& [name, value] : labels) {
-    out.insert(name, value);
-  }
-  return out;
-}
-
 Self<PrometheusExporter> makePrometheusExporter(
     int64_t port,
     std::string host,
@@ -654,7 +635,7 @@ Self<PrometheusExporter> makePrometheusExporter(
       "PrometheusExporter: port must be in 0..65535 (0: any free port), got ",
       port);
   return makeSink<PrometheusExporter>(
-      static_cast<int>(port), std::move(host), labelMap(labels));
+      static_cast<int>(port), std::move(host), mapOf(labels));
 }
 
 void registerPrometheusExporter(torch::Library& m) {
@@ -669,7 +650,7 @@ void registerPrometheusExporter(torch::Library& m) {
     return Config{
         {"port", static_cast<int64_t>(self.get().requestedPort())},
         {"host", self.get().host()},
-        {"labels", labelDict(self.get().labels())}};
+        {"labels", dictOf(self.get().labels())}};
   },
       {{1, {"port", "host", "labels"}}});
   cls.def(
@@ -710,7 +691,7 @@ void registerPrometheusExporter(torch::Library& m) {
       .def("host", [](const Self<S>& self) { return self->get().host(); })
       .def(
           "labels",
-          [](const Self<S>& self) { return labelDict(self->get().labels()); })
+          [](const Self<S>& self) { return dictOf(self->get().labels()); })
       .def(
           "serving",
           [](const Self<S>& self) { return self->get().serving(); },
@@ -725,7 +706,7 @@ void registerPrometheusExporter(torch::Library& m) {
 Self<PrometheusTextFile> makePrometheusTextFile(
     std::string path,
     const Labels& labels) {
-  return makeSink<PrometheusTextFile>(std::move(path), labelMap(labels));
+  return makeSink<PrometheusTextFile>(std::move(path), mapOf(labels));
 }
 
 void registerPrometheusTextFile(torch::Library& m) {
@@ -738,7 +719,7 @@ void registerPrometheusTextFile(torch::Library& m) {
       [](ScriptSink<S>& self) {
     return Config{
         {"path", self.get().path()},
-        {"labels", labelDict(self.get().labels())}};
+        {"labels", dictOf(self.get().labels())}};
   },
       {{1, {"path", "labels"}}});
   cls.def(
@@ -760,7 +741,7 @@ void registerPrometheusTextFile(torch::Library& m) {
       .def("path", [](const Self<S>& self) { return self->get().path(); })
       .def(
           "labels",
-          [](const Self<S>& self) { return labelDict(self->get().labels()); });
+          [](const Self<S>& self) { return dictOf(self->get().labels()); });
 }
 
 } // namespace

@@ -27,6 +27,25 @@ using Config = std::vector<std::pair<std::string, c10::IValue>>;
 // ((key, value), ...) as PyTorch 2 expects from __obj_flatten__.
 c10::IValue flattenConfig(Config config);
 
+// A TorchScript dict argument (a sink's labels, a reducer's parameters) as
+// the std::map the core takes, and back.
+template <class K, class V>
+std::map<K, V> mapOf(const c10::Dict<K, V>& dict) {
+  std::map<K, V> out;
+  for (const auto& entry : dict) {
+    out.emplace(entry.key(), entry.value());
+  }
+  return out;
+}
+template <class K, class V>
+c10::Dict<K, V> dictOf(const std::map<K, V>& map) {
+  c10::Dict<K, V> out;
+  for (const auto& [key, value] : map) {
+    out.insert(key, value);
+  }
+  return out;
+}
+
 
 // Gives a custom class what torch.compile and torch.export need of it:
 // * __obj_flatten__: they build the class's fake object (torch_monitor._fake)
