@@ -72,7 +72,8 @@ VIEW_OPS = frozenset({
 
 def watch_device_work(layers: int, what: Sequence["WatchKind"], device: str = "cpu") -> int:
     """The device work ``watch(model, optimizer, what=what)`` adds to one
-    training step of ``layers`` x Linear(16, 16) (SGD with momentum), on the
+    training step of ``layers`` x Linear(16, 16) (SGD with momentum),
+    ``set_step`` included, on the
     path accelerator tensors take: on a CUDA device the kernels and copies
     the profiler sees; on the CPU, with that path forced, the outermost ATen
     ops that are not views (each a launch on a GPU). The test of watch's
@@ -98,9 +99,9 @@ def watch_device_work(layers: int, what: Sequence["WatchKind"], device: str = "c
         with forced:
             w = watch(model, optimizer, what=what, window_steps=1000) if watched else None
             for step in range(3):  # the last is counted
-                set_step(step)
                 synchronize()
                 with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+                    set_step(step)  # the non-finite check's copy of the counts
                     optimizer.zero_grad()
                     model(x).square().mean().backward()
                     optimizer.step()
