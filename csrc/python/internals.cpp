@@ -136,7 +136,16 @@ py::object allocateUninitialised(py::handle type) {
   return py::reinterpret_steal<py::object>(object);
 }
 
-void addRawMethod(py::handle cls, PyMethodDef* def) {
+void addFastMethod(
+    py::handle cls,
+    const char* name,
+    PyObject* (*function)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*),
+    const char* doc) {
+  auto* def = new PyMethodDef{
+      name,
+      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(function)),
+      METH_FASTCALL | METH_KEYWORDS,
+      doc};
   PyObject* descriptor =
       PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def);
   if (descriptor == nullptr ||

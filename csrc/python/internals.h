@@ -50,10 +50,16 @@ void initialiseOnNew(pybind11::handle cls);
 // once (wrapping an existing object): its __new__ would run __init__.
 py::object allocateUninitialised(py::handle type);
 
-// Sets `def` (a raw CPython method of a hot path, whose definition must
-// outlive the class) as the method def->ml_name of class `cls`: called on
-// an object of another class, CPython refuses it before it runs.
-void addRawMethod(py::handle cls, PyMethodDef* def);
+// A hot path's CPython method: `function` (METH_FASTCALL | METH_KEYWORDS)
+// as method `name` of class `cls`; `doc` starts with its text signature
+// ("add($self, value)\n--\n\n..."). Called on an object of another
+// class, CPython refuses it before it runs. Its definition is kept for the
+// process (the class points at it).
+void addFastMethod(
+    py::handle cls,
+    const char* name,
+    PyObject* (*function)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*),
+    const char* doc);
 
 // Gives `cls` plain attribute lookup: torch.ScriptObject's __getattr__ hook
 // would slow every lookup, and only with plain lookup does CPython call a

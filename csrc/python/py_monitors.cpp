@@ -551,29 +551,17 @@ void initMonitors(py::module_& m) {
   m.def(
       "_install_monitor_calls",
       [](py::handle cls) {
-        static PyMethodDef beforeDef = {
-            "before",
-            reinterpret_cast<PyCFunction>(
-                reinterpret_cast<void (*)()>(&fastCall<Hook::Before>)),
-            METH_FASTCALL | METH_KEYWORDS,
-            "before($self, value, training)\n--\n\nCaptures the value (the pre-hook's part)"};
-        static PyMethodDef afterDef = {
-            "after",
-            reinterpret_cast<PyCFunction>(
-                reinterpret_cast<void (*)()>(&fastCall<Hook::After>)),
-            METH_FASTCALL | METH_KEYWORDS,
-            "after($self, value, training)\n--\n\nFeeds op(value, captured) to the reducer"};
-        static PyMethodDef observeDef = {
-            "observe",
-            reinterpret_cast<PyCFunction>(
-                reinterpret_cast<void (*)()>(&fastCall<Hook::Observe>)),
-            METH_FASTCALL | METH_KEYWORDS,
+        addFastMethod(
+            cls, "before", &fastCall<Hook::Before>,
+            "before($self, value, training)\n--\n\nCaptures the value (the pre-hook's part)");
+        addFastMethod(
+            cls, "after", &fastCall<Hook::After>,
+            "after($self, value, training)\n--\n\nFeeds op(value, captured) to the reducer");
+        addFastMethod(
+            cls, "observe", &fastCall<Hook::Observe>,
             "observe($self, value, training)\n--\n\nFeeds map_(value) to the reducer (the "
             "hook of InputMonitor, OutputMonitor, StateMonitor, "
-            "MultiStateMonitor)"};
-        addRawMethod(cls, &beforeDef);
-        addRawMethod(cls, &afterDef);
-        addRawMethod(cls, &observeDef);
+            "MultiStateMonitor)");
         // What the eager hooks find on a module is checked to be one.
         gMonitorType = reinterpret_cast<PyTypeObject*>(cls.inc_ref().ptr());
       },

@@ -101,14 +101,10 @@ void initReducers(py::module_& m) {
   m.def(
       "_install_reducer_calls",
       [](py::handle cls) {
-        static PyMethodDef def = {
-            "forward",
-            reinterpret_cast<PyCFunction>(
-                reinterpret_cast<void (*)()>(&fastForward)),
-            METH_FASTCALL | METH_KEYWORDS,
+        addFastMethod(
+            cls, "forward", &fastForward,
             "forward($self, inputs)\n--\n\nFolds the inputs of one step into a new state and "
-            "records it"};
-        addRawMethod(cls, &def);
+            "records it");
       },
       py::arg("cls"),
       "Gives the reducer object's face its fast forward()");

@@ -89,14 +89,11 @@ PyObject* fastAdd(
 
 template <typename T>
 void installAdd(py::handle cls) {
-  static PyMethodDef def = {
-      "add",
-      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fastAdd<T>)),
-      METH_FASTCALL | METH_KEYWORDS,
+  addFastMethod(
+      cls, "add", &fastAdd<T>,
       "add($self, value)\n--\n\nAdds a sample: a number, or a tensor whose every element "
       "is one sample (on any device; an accelerator tensor is not read until "
-      "the window closes)"};
-  addRawMethod(cls, &def);
+      "the window closes)");
 }
 
 } // namespace
