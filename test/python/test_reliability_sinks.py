@@ -361,7 +361,7 @@ def test_append_is_a_bool_in_torchscript(tm, tmp_path):
     "writer, path, message",
     [
         ("JsonLinesWriter", "a\0b.jsonl", "argument 'path' contains a NUL character"),
-        ("JsonLinesWriter", b"a\0b.jsonl", "argument 'path' contains a NUL character"),
+        ("JsonLinesWriter", b"a\0b.jsonl", "argument 'path' contains a NUL byte"),
         ("JsonLinesWriter", b"\xffbad.jsonl", "argument 'path' is not valid UTF-8"),
         ("JsonLinesWriter", "\udcffbad.jsonl", "argument 'path' is not valid UTF-8"),
         ("TensorBoardWriter", "runs\0x", "argument 'log_dir' contains a NUL character"),

@@ -43,18 +43,24 @@ Self loadDifferenceMonitor(
       std::move(kind));
 }
 
+// The constructor's arguments but the reducer.
+Config settingsOf(const ScriptDifferenceMonitor& self) {
+  const DifferenceMonitor& monitor = self.monitor();
+  return {
+      {"name", monitor.name()},
+      {"train_update", monitor.trainUpdate()},
+      {"eval_update", monitor.evalUpdate()},
+      {"keep_graph", monitor.keepGraph()},
+      {"kind", self.kind()}};
+}
 
 void defineDifferenceMonitorClass(torch::Library& m) {
   auto cls = m.class_<ScriptDifferenceMonitor>("DifferenceMonitor");
   defineFlatten(cls, [](ScriptDifferenceMonitor& self) {
-    const DifferenceMonitor& monitor = self.monitor();
-    return Config{
-        {"name", monitor.name()},
-        {"train_update", monitor.trainUpdate()},
-        {"eval_update", monitor.evalUpdate()},
-        {"keep_graph", monitor.keepGraph()},
-        {"kind", self.kind()},
-        {"has_custom_callables", monitor.hasCustomCallables()}};
+    Config config = settingsOf(self);
+    config.emplace_back(
+        "has_custom_callables", self.monitor().hasCustomCallables());
+    return config;
   });
   // The captured pre-forward value is not saved (a module is saved between
   // forward() calls). Version 1 had no keep_graph (it kept none), versions
@@ -75,13 +81,9 @@ void defineDifferenceMonitorClass(torch::Library& m) {
             "TorchScript cannot save. Save a module whose monitors use the "
             "default filter_, map_ and op_ (or compute the value inside the "
             "module and monitor that attribute instead)");
-        return Config{
-            {"reducer", self.reducerObject()},
-            {"name", monitor.name()},
-            {"train_update", monitor.trainUpdate()},
-            {"eval_update", monitor.evalUpdate()},
-            {"keep_graph", monitor.keepGraph()},
-            {"kind", self.kind()}};
+        Config config = settingsOf(self);
+        config.emplace_back("reducer", self.reducerObject());
+        return config;
       },
       {{1, {"name", "train_update", "eval_update", "reducer"}},
        {2, {"name", "train_update", "eval_update", "reducer", "keep_graph"}},
