@@ -1,8 +1,10 @@
 #include <torch_monitor/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <optional>
 #include <type_traits>
 
@@ -236,16 +238,35 @@ std::chrono::milliseconds windowFromSeconds(double seconds) {
       " s (datetime.timedelta.max, about 2.7 million years), got ",
       seconds,
       " s");
+  // A float of seconds misses whole milliseconds by a unit in the last
+  // place (timedelta(milliseconds=1001).total_seconds() * 1000 is
+  // 1000.9999999999999): within that, or within a tenth of a microsecond
+  // (a timedelta's resolution is one), the nearest millisecond is meant;
+  // anything else is truncated, as torch.monitor's conversion of a
+  // timedelta is (1.5 ms is 1 ms).
   const double ms = seconds * 1000.0;
-  if (ms >= 1e15) { // beyond 30,000 years doubles are a millisecond apart
-    return std::chrono::milliseconds(
-        std::min(static_cast<int64_t>(ms), Stat<double>::kMaxWindowMs));
+  const double nearest = std::round(ms);
+  const double slack =
+      std::max(1e-4, ms * 2 * std::numeric_limits<double>::epsilon());
+  const double whole = std::abs(ms - nearest) <= slack ? nearest : std::floor(ms);
+  return std::chrono::milliseconds(
+      std::min(static_cast<int64_t>(whole), Stat<double>::kMaxWindowMs));
+}
+
+double secondsOfWindow(std::chrono::milliseconds window) {
+  double seconds = static_cast<double>(window.count()) / 1000.0;
+  // Beyond 2**52 ms the nearest float may read back a millisecond off: the
+  // next floats either way are tried (a window no float reads back as is
+  // gets the nearest that does, which then reads back as itself).
+  for (int step = 0; step < 8; ++step) {
+    const auto read = windowFromSeconds(seconds);
+    if (read == window) {
+      break;
+    }
+    seconds = std::nextafter(
+        seconds, read < window ? std::numeric_limits<double>::infinity() : 0.0);
   }
-  // To the nearest microsecond (a timedelta's resolution) first, which the
-  // float of seconds misses (timedelta(milliseconds=1001).total_seconds()
-  // * 1000 is 1000.9999999999999), then truncated to the millisecond, as
-  // torch.monitor's conversion of a timedelta is.
-  return std::chrono::milliseconds(std::llround(seconds * 1e6) / 1000);
+  return seconds;
 }
 
 void closeAllStats() noexcept {

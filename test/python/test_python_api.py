@@ -105,6 +105,17 @@ def test_window_size_forms(window, expected_ms):
     assert counter.window_size_ms() == expected_ms
 
 
+@pytest.mark.parametrize("ms", [1001, 4432109905917567, 2**52 + 3, 86399999999999999])
+def test_a_window_survives_every_copy(ms):
+    # A saved state holds the window in seconds, a float: near and above
+    # 2**52 ms the nearest float read back a millisecond off, one more per
+    # copy.
+    for make in (lambda w: tm.Stat("x", [tm.SUM], w), lambda w: tm.WaitCounter("x", window_size=w)):
+        original = make(datetime.timedelta(milliseconds=ms))
+        copied = pickle.loads(pickle.dumps(copy.deepcopy(pickle.loads(pickle.dumps(original)))))
+        assert copied.window_size_ms() == original.window_size_ms()
+
+
 @pytest.mark.parametrize(
     "window, error",
     [

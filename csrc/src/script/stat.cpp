@@ -144,7 +144,7 @@ void defineStatClass(torch::Library& m, const char* className) {
             {"aggregations", aggregationNames(stat)},
             {"window_size",
              steps > 0 ? c10::IValue()
-                       : c10::IValue(stat.windowSize().count() / 1000.0)},
+                       : c10::IValue(secondsOfWindow(stat.windowSize()))},
             {"max_samples", stat.maxSamples()},
             {"close_on_time", stat.windowClose() == WindowClose::ON_TIME},
             {"window_steps", steps > 0 ? c10::IValue(steps) : c10::IValue()},

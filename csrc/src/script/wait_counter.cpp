@@ -93,7 +93,7 @@ void registerWaitCounterClasses(torch::Library& m) {
         const WaitCounter& c = self.counter();
         return Config{
             {"key", c.key()},
-            {"window_size", c.stat().windowSize().count() / 1000.0},
+            {"window_size", secondsOfWindow(c.stat().windowSize())},
             {"close_on_time", c.stat().windowClose() == WindowClose::ON_TIME}};
       },
       {{1, {"key", "window_size_ms", "close_on_time"}, upgradeSavedWindow}});
