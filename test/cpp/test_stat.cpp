@@ -190,9 +190,16 @@ TEST(WindowFromSeconds, TruncatesToWholeMilliseconds) {
   EXPECT_EQ(windowFromSeconds(1e-9), 0ms);
   EXPECT_EQ(windowFromSeconds(0.0), 0ms);
   EXPECT_EQ(windowFromSeconds(8.6e13), std::chrono::milliseconds(int64_t(8.6e16)));
-  // Every whole number of ms under one second survives the double round trip.
-  for (int64_t ms = 0; ms < 1000; ++ms) {
+  // Every whole number of ms survives the double round trip (1001 / 1000.0
+  // * 1000 is 1000.9999999999999, once read as 1000 ms), and what a saved
+  // state holds (secondsOfWindow) reads back exactly up to timedelta.max.
+  for (int64_t ms = 0; ms < 3'000'000; ++ms) {
     ASSERT_EQ(windowFromSeconds(double(ms) / 1000.0).count(), ms);
+  }
+  for (int64_t ms : {int64_t(4432109905917567), (int64_t(1) << 52) + 3,
+                     (int64_t(1) << 53) + 2, int64_t(86399999999999999)}) {
+    const std::chrono::milliseconds window(ms);
+    ASSERT_EQ(windowFromSeconds(secondsOfWindow(window)), window) << ms;
   }
 }
 
