@@ -218,9 +218,9 @@ class TORCH_MONITOR_API Stat : private detail::StatEngine<T> {
 // Converts a window given in seconds (Python's convention) to the whole
 // milliseconds a Stat keeps: truncated (timedelta(microseconds=1500) is
 // 1 ms, as in torch.monitor), but a value a rounding error away from whole
-// milliseconds is taken as meant (1.001 s is 1001 ms); throws c10::ValueError for a
-// negative, non-finite or too large value. The Stat constructor rejects
-// < 1 ms.
+// milliseconds is taken as meant (1.001 s is 1001 ms); throws
+// c10::ValueError for a negative, non-finite or too large value. The Stat
+// constructor rejects < 1 ms.
 TORCH_MONITOR_API std::chrono::milliseconds windowFromSeconds(double seconds);
 // The window in seconds, as a float that windowFromSeconds reads back as
 // `window` (what a saved state holds): every window up to

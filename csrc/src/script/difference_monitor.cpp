@@ -24,7 +24,8 @@ constexpr std::array<std::string_view, 6> kKinds = {
 
 using Self = c10::intrusive_ptr<ScriptDifferenceMonitor>;
 
-// What a saved state is loaded with: the saved Reducer object itself (the
+// What the constructor runs and a saved state is loaded with, given the
+// Reducer object itself: a loaded monitor keeps the saved object (the
 // constructor's schema takes a Reducer), so that a module holding it too
 // still shares it after loading.
 Self loadDifferenceMonitor(
@@ -97,7 +98,7 @@ void defineDifferenceMonitorClass(torch::Library& m) {
                          bool evalUpdate,
                          bool keepGraph,
                          std::string kind) {
-            return c10::make_intrusive<ScriptDifferenceMonitor>(
+            return loadDifferenceMonitor(
                 c10::IValue(std::move(reducer)),
                 std::move(name),
                 trainUpdate,

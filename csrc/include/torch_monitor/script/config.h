@@ -46,7 +46,6 @@ c10::Dict<K, V> dictOf(const std::map<K, V>& map) {
   return out;
 }
 
-
 // Gives a custom class what torch.compile and torch.export need of it:
 // * __obj_flatten__: they build the class's fake object (torch_monitor._fake)
 //   from what it returns, and Dynamo guards on it. `config(self)` must
