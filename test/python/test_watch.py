@@ -494,6 +494,29 @@ def test_nonfinite_values_are_counted_and_named_with_their_first_step(path, even
     assert bad.data["fc1.output"] == 5 and bad.data["fc2.output"] == 5
 
 
+@pytest.mark.parametrize("first", [2**53 + 1, 2**62 + 1, 2**63 - 3])
+def test_first_nonfinite_steps_are_exact_int64(path, events, first):
+    """Steps beyond 2**53 (a nanosecond clock, say) have no double: the
+    first non-finite step is kept as an int64, on both paths and in the
+    model's total, so 2**62 + 1 is not reported as 2**62."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = tm.watch(model, optimizer, what=("grad", "output"), window_steps=1000)
+    for step in (first - 1, first, first + 1):
+        tm.set_step(step)
+        x = torch.ones(4, 3)
+        if step >= first:
+            x[0, 0] = float("nan")  # NaN from `first` on
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    tm.set_step(first + 2)
+    w.remove()
+    (bad,) = events.nonfinite
+    assert bad.step == first + 1
+    # The bias's gradient (of a sum) stays finite.
+    assert bad.data == {key: first for key in ("0.weight.grad", "total.grad", "0.output")}
+
 def nan_training(model, optimizer, steps, nan_at, set_step=True):
     """Steps of training with a NaN input at step `nan_at`; returns the
     step whose set_step() (or optimizer step, without set_step) raised
@@ -644,6 +667,9 @@ def test_frozen_parameters_and_parameters_the_optimizer_skips_are_not_watched():
         tm.watch(model, optimizer, what="weight", window_steps=10, include="fc1")
     with pytest.raises(TypeError, match="sequence of kinds"):
         tm.watch(model, what=("grad", 1), window_steps=10)
+    # A lone layer has no submodule whose output could be watched.
+    with pytest.raises(ValueError, match="the model has no submodule .*log it with a Stat"):
+        tm.watch(torch.nn.Linear(2, 2), what="output", window_steps=10)
 
 
 def test_a_watch_refuses_a_nul_in_a_path_and_a_key_given_twice():

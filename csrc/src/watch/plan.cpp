@@ -152,17 +152,24 @@ Plan planKeys(
       plan.keys.push_back(Key{kTotalPath, kind});
       plan.targets.push_back(-1);
     }
+    // A model without submodules (one nn.Linear) has no output to watch:
+    // the model's own output is the training loop's, not a layer's.
+    const bool noSubmodule = !ofParameters && candidates.modules.empty();
     TORCH_CHECK_VALUE(
         plan.keys.size() > first,
         "torch_monitor.watch: \"",
         std::string(kindName(kind)),
         ofParameters ? "\" watches parameters, but no parameter is selected "
-                     : "\" watches submodules' outputs, but no submodule is "
-                       "selected",
+                     : "\" watches submodules' outputs, but ",
         !ofParameters          ? ""
             : kind == Kind::Grad ? "that requires grad "
                                  : "that the optimizer updates ",
-        "(see include/exclude)");
+        noSubmodule ? "the model has no submodule (its own output is not "
+                      "a layer's: log it with a Stat, or drop \"" +
+                std::string(kindName(kind)) + "\" from what=)"
+                    : ofParameters ? "(see include/exclude)"
+                                   : "no submodule is selected (see "
+                                     "include/exclude)");
   }
   return plan;
 }

@@ -178,7 +178,7 @@ Recorder::Recorder(
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
   slots_ = at::empty({int64_t(keys_.size()), kColumns}, f64);
   resetSlots(slots_);
-  gate_ = at::scalar_tensor(0.0, f64);
+  gate_ = at::scalar_tensor(0, f64.dtype(at::kLong));
   for (size_t k = 0; k < keys_.size(); ++k) {
     Total* total = totalOf(keys_[k].kind);
     if (total != nullptr && keys_[k].path == kTotalPath) {
@@ -367,7 +367,7 @@ void Recorder::startLocked(int64_t step) {
 void Recorder::setGateLocked(int64_t step) {
   // The one place the cadence is decided: everything observed afterwards,
   // eager or compiled or replayed from a captured graph, reads the gate.
-  const double value = step % options_.every == 0 ? double(step) : -1.0;
+  const int64_t value = step % options_.every == 0 ? step : -1;
   if (value != gateValue_) {
     gate_.fill_(value);
     gateValue_ = value;
@@ -590,7 +590,7 @@ std::optional<Event> Recorder::nonFiniteEventLocked(
       nonFiniteReported_[k] = true;
       event.data.emplace(
           keys_[k].name(),
-          static_cast<int64_t>(-row[column::kNegFirstNonFinite]));
+          firstNonFiniteStep(row));
     }
   }
   if (event.data.empty()) {
@@ -864,8 +864,8 @@ void Recorder::checkObservation(
         kPass);
   }
   TORCH_CHECK_TYPE(
-      gate.scalar_type() == at::kDouble,
-      "watch_observe_: the gate must be float64 (the step observed, or -1), "
+      gate.scalar_type() == at::kLong,
+      "watch_observe_: the gate must be int64 (the step observed, or -1), "
       "got ",
       gate.scalar_type(),
       kPass);
@@ -975,7 +975,7 @@ void Recorder::observeChecked(
     if (removed_) {
       return;
     }
-    double gateValue = -1.0;
+    int64_t gateValue = -1;
     bool gateRead = false;
     for (size_t i = 0; i < values.size(); ++i) {
       const at::Tensor x = observedValues(values[i]);
@@ -990,10 +990,10 @@ void Recorder::observeChecked(
       if (x.is_cpu() && slotsOnCpu && !forceDevicePath && !x.is_complex()) {
         // The host path: the gate is a CPU number, read here for free.
         if (!gateRead) {
-          gateValue = *gate.const_data_ptr<double>();
+          gateValue = *gate.const_data_ptr<int64_t>();
           gateRead = true;
         }
-        if (gateValue >= 0.0) {
+        if (gateValue >= 0) {
           double* row = slots.data_ptr<double>() + key * kColumns;
           if (Total* total = totalFedBy(key)) {
             // The observation's own row, for its key and the step's total.

@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/amax.h>
+#include <ATen/ops/amin.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/diff.h>
 #include <ATen/ops/div.h>
@@ -23,6 +24,7 @@
 #include <ATen/ops/logical_and.h>
 #include <ATen/ops/logical_not.h>
 #include <ATen/ops/maximum.h>
+#include <ATen/ops/minimum.h>
 #include <ATen/ops/neg.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/segment_reduce.h>
@@ -243,34 +245,56 @@ Partial scanAll(const T* x, const T* b, int64_t n) {
   return p;
 }
 
+// The step cell holds an int64's bits: memcpy reads and writes it exactly.
+void setFirstNonFiniteStep(double* row, int64_t step) noexcept {
+  std::memcpy(row + column::kFirstNonFinite, &step, sizeof(step));
+}
+
+// The int64 view of the step cells of `rows` ([k, kColumns] float64): ATen
+// ops compute with them as integers, in place.
+at::Tensor stepsOf(const at::Tensor& rows) {
+  return rows.view(at::kLong).select(1, column::kFirstNonFinite);
+}
+
 } // namespace
 
+int64_t firstNonFiniteStep(const double* row) noexcept {
+  int64_t step = 0;
+  std::memcpy(&step, row + column::kFirstNonFinite, sizeof(step));
+  return step;
+}
+
 void fillIdentity(double* row) noexcept {
-  for (int64_t c = 0; c < column::kColumns; ++c) {
+  for (int64_t c = 0; c < column::kFirstNonFinite; ++c) {
     row[c] = c < column::kSumColumns ? 0.0 : -kInf;
   }
+  setFirstNonFiniteStep(row, column::kNoStep);
 }
 
 void resetSlots(const at::Tensor& slots) {
-  slots.narrow(1, 0, column::kSumColumns).zero_();
-  slots.narrow(1, column::kSumColumns, column::kColumns - column::kSumColumns)
-      .fill_(-kInf);
+  using namespace column;
+  slots.narrow(1, 0, kSumColumns).zero_();
+  slots.narrow(1, kSumColumns, kFirstNonFinite - kSumColumns).fill_(-kInf);
+  stepsOf(slots).fill_(kNoStep);
 }
 
 void mergeRow(double* into, const double* from) noexcept {
-  for (int64_t c = 0; c < column::kSumColumns; ++c) {
+  using namespace column;
+  for (int64_t c = 0; c < kSumColumns; ++c) {
     into[c] += from[c];
   }
-  for (int64_t c = column::kSumColumns; c < column::kColumns; ++c) {
+  for (int64_t c = kSumColumns; c < kFirstNonFinite; ++c) {
     into[c] = std::max(into[c], from[c]);
   }
+  setFirstNonFiniteStep(
+      into, std::min(firstNonFiniteStep(into), firstNonFiniteStep(from)));
 }
 
 void observeOnHost(
     double* row,
     const at::Tensor& values,
     const at::Tensor* before,
-    double step) {
+    int64_t step) {
   const int64_t n = values.numel();
   if (n == 0) {
     return;
@@ -322,7 +346,7 @@ void observeOnHost(
   row[kAbsMax] = std::max(row[kAbsMax], p.absMax);
   row[kNormMax] = std::max(row[kNormMax], norm);
   if (p.nonFinite > 0) {
-    row[kNegFirstNonFinite] = std::max(row[kNegFirstNonFinite], -step);
+    setFirstNonFiniteStep(row, std::min(firstNonFiniteStep(row), step));
   }
 }
 
@@ -394,7 +418,7 @@ at::Tensor rowsOnDevice(
           perTensor(at::where(finite, x, -kInf), "max"),
           perTensor(at::abs(kept), "max"),
           norm,
-          at::full({k}, -kInf, options),
+          at::full({k}, column::kNoStep, options.dtype(at::kLong)).view(at::kDouble),
       },
       1);
 }
@@ -407,27 +431,33 @@ void mergeRowsOnDevice(
   if (rows.device() != slots.device()) {
     rows = rows.to(slots.device(), /*non_blocking=*/true);
   }
-  // The first non-finite step is the gate's step (the step being observed).
-  rows.select(1, kNegFirstNonFinite)
-      .copy_(at::where(
-          at::gt(rows.select(1, kNonFinite), 0.0), at::neg(gate), -kInf));
-  const at::Tensor open = at::ge(gate, 0.0);
+  const at::Tensor open = at::ge(gate, 0);
   slots.narrow(1, 0, kSumColumns)
       .add_(at::where(open, rows.narrow(1, 0, kSumColumns), 0.0));
-  at::Tensor extremes =
-      slots.narrow(1, kSumColumns, kColumns - kSumColumns);
+  at::Tensor extremes = slots.narrow(1, kSumColumns, kFirstNonFinite - kSumColumns);
   at::maximum_out(
       extremes,
       extremes,
-      at::where(open, rows.narrow(1, kSumColumns, kColumns - kSumColumns), -kInf));
+      at::where(
+          open, rows.narrow(1, kSumColumns, kFirstNonFinite - kSumColumns), -kInf));
+  // A row with a non-finite element saw it at the gate's step.
+  at::Tensor steps = stepsOf(slots);
+  at::minimum_out(
+      steps,
+      steps,
+      at::where(
+          at::logical_and(open, at::gt(rows.select(1, kNonFinite), 0.0)),
+          gate,
+          kNoStep));
 }
 
 at::Tensor mergedRow(const at::Tensor& rows) {
   using namespace column;
   return at::cat(
       {rows.narrow(1, 0, kSumColumns).sum(0, /*keepdim=*/true),
-       rows.narrow(1, kSumColumns, kColumns - kSumColumns)
-           .amax(0, /*keepdim=*/true)},
+       rows.narrow(1, kSumColumns, kFirstNonFinite - kSumColumns)
+           .amax(0, /*keepdim=*/true),
+       stepsOf(rows).amin(0, /*keepdim=*/true).view(at::kDouble).unsqueeze(1)},
       1);
 }
 

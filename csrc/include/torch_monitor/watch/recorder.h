@@ -140,7 +140,7 @@ class TORCH_MONITOR_API Recorder
     return options_;
   }
   // The slot buffer ([keys, column::kColumns] float64) and the gate (0-d
-  // float64: the step when it is observed, -1 when it is not), on the
+  // int64: the step when it is observed, -1 when it is not), on the
   // statistics' device. The op takes them as arguments so that compiled
   // graphs see what it mutates and reads; they are these very tensors.
   at::Tensor slots() const;
@@ -179,7 +179,7 @@ class TORCH_MONITOR_API Recorder
   // misread: slots that are not a contiguous [keys, kColumns] float64
   // tensor on the watch's device (expanded, transposed or sliced slots
   // were written out of bounds or into the wrong cells), a gate that is not
-  // one float64 element on the slots' device, counts that disagree, keys
+  // one int64 element on the slots' device, counts that disagree, keys
   // out of range, `before` given for other keys than updates (or not
   // given for updates) or not shaped like its value, values on a device
   // when the statistics are on the CPU, and meta tensors. `recorder`
@@ -318,7 +318,7 @@ class TORCH_MONITOR_API Recorder
   mutable std::mutex mutex_;
   at::Tensor slots_;
   at::Tensor gate_;
-  double gateValue_ = 0; // what gate_ holds
+  int64_t gateValue_ = 0; // what gate_ holds
   std::atomic<int64_t> ownSteps_{0}; // optimizer steps, when no step is set
   int64_t windowIndex_ = 0; // the open window: step / windowSteps, or time
   int64_t windowEndMs_ = 0; // time windows: end of the open one

@@ -1,13 +1,14 @@
 #pragma once
 
 // The sufficient statistics a watch keeps per key ("<path>.<kind>"): one row
-// of kColumns float64 numbers, to which every observation of a tensor adds
+// of kColumns float64 cells (the last an int64 step), to which every observation of a tensor adds
 // its own row (sums add, extremes take the extreme), and from which a closed
 // window derives the statistics it logs (docs/watch.md). Rows merge the same
 // way within a window, on the host, and across ranks: so one rule serves all
 // three, and a merged window is exactly the window of all observations.
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <unordered_map>
 
@@ -18,10 +19,13 @@
 
 namespace torch_monitor::watch {
 
-// The columns of a row. Columns [0, kSumColumns) add up; the others keep
-// their largest value. Minima are kept negated (the first non-finite step
-// too), so that one maximum serves every extreme: a row merges with one add
-// and one maximum, on the device as on the host.
+// The columns of a row. Columns [0, kSumColumns) add up; those up to
+// kFirstNonFinite keep their largest value (minima are kept negated, so that
+// one maximum serves every extreme). The last cell holds an int64, not a
+// double: the first step that saw a non-finite element, kNoStep when none,
+// kept exact (a double rounds steps above 2**53) and merged by its minimum.
+// So a row merges with one add, one maximum and one minimum, on the device
+// as on the host.
 namespace column {
 inline constexpr int64_t kElements = 0; // elements seen, non-finite included
 inline constexpr int64_t kNonFinite = 1; // NaN and +-inf elements
@@ -38,12 +42,15 @@ inline constexpr int64_t kNegMin = 10; // -(smallest finite element)
 inline constexpr int64_t kMax = 11; // largest finite element
 inline constexpr int64_t kAbsMax = 12; // largest |finite element|
 inline constexpr int64_t kNormMax = 13; // largest L2 norm of an observation
-inline constexpr int64_t kNegFirstNonFinite = 14; // -(first step with one)
+inline constexpr int64_t kFirstNonFinite = 14; // int64: first step with one
 inline constexpr int64_t kColumns = 15;
+inline constexpr int64_t kNoStep = std::numeric_limits<int64_t>::max();
 } // namespace column
 
-// The row of a key that saw nothing: zeros, then -inf.
+// The row of a key that saw nothing: zeros, -inf, and kNoStep.
 TORCH_MONITOR_API void fillIdentity(double* row) noexcept;
+// The first non-finite step of a host row (kNoStep when it saw none).
+TORCH_MONITOR_API int64_t firstNonFiniteStep(const double* row) noexcept;
 // Sets every row of `slots` ([keys, kColumns], float64, any device) to the
 // identity, without reading it (two small kernels on a device).
 TORCH_MONITOR_API void resetSlots(const at::Tensor& slots);
@@ -60,11 +67,11 @@ TORCH_MONITOR_API void observeOnHost(
     double* row,
     const at::Tensor& values,
     const at::Tensor* before,
-    double step);
+    int64_t step);
 
 // The rows of k observations at once, computed with ATen ops on their
 // device (nothing is read on the host): [k, kColumns] float64, with the
-// first non-finite step column left at -inf (see mergeRowsOnDevice).
+// first non-finite step left at kNoStep (mergeRowsOnDevice sets it).
 // `values` are k tensors on one device, all real or all complex (a complex
 // tensor is observed as its magnitudes); for updates `before` holds the
 // weights before the step, one per value (else it is empty). k > 1 costs
@@ -79,9 +86,9 @@ TORCH_MONITOR_API at::Tensor rowsOnDevice(
     const at::Tensor& offsets);
 
 // Merges `rows` ([k, kColumns]) into `slots` ([k, kColumns], a view of the
-// slot buffer, same device) when `gate` (a 0-d float64 tensor on that
-// device: the step when this step is observed, else -1) says so, filling
-// the first non-finite step column from the gate first. All device work: a
+// slot buffer, same device) when `gate` (a 0-d int64 tensor on that
+// device: the step when this step is observed, else -1) says so; the gate's
+// step is the first non-finite step of a row with one. All device work: a
 // closed gate merges the identity.
 TORCH_MONITOR_API void mergeRowsOnDevice(
     const at::Tensor& slots,
