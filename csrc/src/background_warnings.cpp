@@ -60,7 +60,11 @@ void warnThroughBackgroundSink(const std::string& message) {
 }
 
 namespace {
-thread_local bool libraryThread = false;
+// initial-exec, as the thread slots' (detail/thread_slots.h): c10's
+// wait-counter backend asks at every unit it times, and the default model
+// costs a __tls_get_addr call each time.
+__thread bool libraryThread __attribute__((tls_model("initial-exec"))) =
+    false;
 } // namespace
 
 void routeThreadWarningsToBackgroundSink() {

@@ -1,5 +1,7 @@
 #include <torch_monitor/clock.h>
 
+#include <chrono>
+
 namespace torch_monitor {
 
 namespace detail {
@@ -17,6 +19,18 @@ bool coarseClockIsPreciseEnough(int64_t windowMs) noexcept {
   // resolution <= 1% of the window, i.e. windowMs >= resolutionNs / 10^4
   // rounded up (dividing, since multiplying a huge window would overflow).
   return windowMs >= (resolutionNs + 9999) / 10000;
+}
+
+int64_t rankTimeWindowIndex(
+    int64_t endMs,
+    int64_t lengthMs,
+    ClockSource clock) noexcept {
+  const int64_t wallNowMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const int64_t middle = endMs - lengthMs / 2;
+  return (middle + (wallNowMs - readClock(clock))) / lengthMs;
 }
 
 namespace test_hooks {

@@ -9,6 +9,7 @@
 #include <regex>
 #include <thread>
 
+#include <c10/util/DynamicCounter.h>
 #include <c10/util/Exception.h>
 #include <c10/util/WaitCounter.h>
 
@@ -17,6 +18,8 @@
 #include <torch_monitor/detail/lifecycle.h>
 #include <torch_monitor/detail/pattern.h>
 #include <torch_monitor/detail/text.h>
+#include <torch_monitor/detail/thread_slots.h>
+#include <torch_monitor/engine/gauge_windows.h>
 #include <torch_monitor/rank_sync.h>
 #include <torch_monitor/stat.h>
 
@@ -66,6 +69,8 @@ struct PytorchCounterCapture::State {
   detail::ForkSafeMutex mutex;
   // Every key asked about; nullptr for those the capture does not take.
   std::map<std::string, CapturedKey*> keys;
+  // The ".active" counts and dynamic counters, read at each window's close.
+  std::shared_ptr<detail::GaugeWindows> gauges;
 
   bool takes(const std::string& key) const {
     return (!include || std::regex_search(key, *include)) &&
@@ -119,7 +124,7 @@ namespace {
 
 using CaptureState = PytorchCounterCapture::State;
 
-class KeyBackend;
+class KeyState;
 
 // How many captures are running: the whole of start()'s work when none is
 // (a global, so that the test is one load, with no guard of a lazily made
@@ -138,16 +143,13 @@ struct Registry {
   std::atomic<int> slotsEnd{0}; // 1 + the highest slot in use
   std::atomic<uint64_t> epoch{0};
   std::array<std::atomic<int64_t>, 2> readers{};
-  std::mutex backendsMutex; // guards backends
-  // Every key's backend: c10 never destroys a key's counter, so they live
-  // for the process.
-  std::vector<KeyBackend*> backends;
-  // slotsMutex waits for readers (a child starts it unlocked);
-  // backendsMutex is held briefly (the child finds the list whole).
+  // Every key's state, newest first. Never freed (c10 keeps a key's counter
+  // for the process), so the list only grows. Lock-free, so that a window's
+  // close can walk it under any lock.
+  std::atomic<KeyState*> keys{nullptr};
+  // slotsMutex waits for readers (a child starts it unlocked).
   detail::ForkSafeLocks slowLocks{
       detail::ForkLockMode::kResetInChild, {&slotsMutex}};
-  detail::ForkSafeLocks innerLocks{
-      detail::ForkLockMode::kInner, {&backendsMutex}};
 };
 
 Registry& registry() {
@@ -184,24 +186,29 @@ void waitForReaders() {
   }
 }
 
-// One key's backend: c10 makes it when the key is first used. With no
-// capture active, start() is one relaxed load.
-class KeyBackend final : public c10::monitor::detail::WaitCounterBackendIf {
+// One key's state, made when c10 first uses the key (KeyBackend below
+// forwards c10's calls). With no capture active, start() is one relaxed load.
+class KeyState {
  public:
-  explicit KeyBackend(std::string_view key) : key_(key) {}
+  explicit KeyState(std::string_view key) : key_(key) {}
 
-  intptr_t start(Clock::time_point now) noexcept override {
-    if (runningCaptures.load(std::memory_order_relaxed) == 0) {
+  intptr_t start(Clock::time_point now) noexcept {
+    // The library's own threads (the rank sync's Store traffic, a sink's
+    // writer) time torch_monitor's work, not the program's.
+    if (runningCaptures.load(std::memory_order_relaxed) == 0 ||
+        detail::onLibraryThread()) {
       return 0; // stop() skips it
     }
+    countRunning(1);
     return static_cast<intptr_t>(nanosecondsOf(now));
   }
 
-  void stop(Clock::time_point now, intptr_t ctx) noexcept override {
-    if (ctx == 0 || runningCaptures.load(std::memory_order_relaxed) == 0 ||
-        detail::onLibraryThread()) {
-      // The library's own threads (the rank sync's Store traffic, a
-      // sink's writer) time torch_monitor's work, not the program's.
+  void stop(Clock::time_point now, intptr_t ctx) noexcept {
+    if (ctx == 0) {
+      return;
+    }
+    countRunning(-1);
+    if (runningCaptures.load(std::memory_order_relaxed) == 0) {
       return;
     }
     const double micros = static_cast<double>(nanosecondsOf(now) - ctx) / 1e3;
@@ -241,6 +248,20 @@ class KeyBackend final : public c10::monitor::detail::WaitCounterBackendIf {
     cache_[slot].store(nullptr, std::memory_order_relaxed);
   }
 
+  const std::string& key() const noexcept {
+    return key_;
+  }
+  // Units started while a capture ran and not stopped yet.
+  int64_t active() const noexcept {
+    int64_t sum = 0;
+    for (const auto& cell : running_) {
+      sum += cell.load(std::memory_order_relaxed);
+    }
+    return sum;
+  }
+
+  KeyState* next = nullptr; // the registry's list, set once
+
  private:
   void record(Stat<double>& stat, double micros) noexcept {
     // c10's stop() must not throw; the sample is added even when a
@@ -272,6 +293,41 @@ class KeyBackend final : public c10::monitor::detail::WaitCounterBackendIf {
   // Per slot: the key's entry in that slot's capture, notTaken(), or
   // nullptr before the capture was asked.
   std::array<std::atomic<CapturedKey*>, kSlots> cache_{};
+  // Units started minus units stopped, per thread slot (a unit may stop on
+  // another thread than the one it started on: only the sum means
+  // anything). A thread writes its own cell with a plain load and store,
+  // which costs c10's hot path less than a shared atomic add; the threads
+  // beyond the slots share the overflow cell, with atomic adds.
+  std::array<std::atomic<int64_t>, detail::kMaxThreadSlots + 1> running_{};
+
+  void countRunning(int64_t delta) noexcept {
+    const int slot = detail::threadSlot();
+    std::atomic<int64_t>& cell = running_[slot];
+    if (slot == detail::kOverflowSlot) {
+      cell.fetch_add(delta, std::memory_order_relaxed);
+    } else {
+      cell.store(
+          cell.load(std::memory_order_relaxed) + delta,
+          std::memory_order_relaxed);
+    }
+  }
+};
+
+// What c10 holds for a key. c10 keeps it for the process, but a caller of
+// the factory may destroy it (the benchmarks do): the state it forwards to
+// stays, as the registry's list must.
+class KeyBackend final : public c10::monitor::detail::WaitCounterBackendIf {
+ public:
+  explicit KeyBackend(KeyState& state) : state_(state) {}
+  intptr_t start(Clock::time_point now) noexcept override {
+    return state_.start(now);
+  }
+  void stop(Clock::time_point now, intptr_t ctx) noexcept override {
+    state_.stop(now, ctx);
+  }
+
+ private:
+  KeyState& state_;
 };
 
 class KeyBackendFactory final
@@ -280,16 +336,68 @@ class KeyBackendFactory final
   std::unique_ptr<c10::monitor::detail::WaitCounterBackendIf> create(
       std::string_view key) noexcept override {
     try {
-      auto backend = std::make_unique<KeyBackend>(key);
-      Registry& r = registry();
-      std::lock_guard<std::mutex> lock(r.backendsMutex);
-      r.backends.push_back(backend.get());
-      return backend;
+      auto* state = new KeyState(key);
+      std::atomic<KeyState*>& head = registry().keys;
+      state->next = head.load();
+      while (!head.compare_exchange_weak(state->next, state)) {
+      }
+      return std::make_unique<KeyBackend>(*state);
     } catch (...) {
       return nullptr; // out of memory: c10 then ignores the key for us
     }
   }
 };
+
+// c10's dynamic counters (c10/util/DynamicCounter.h): c10 tells this
+// backend of each counter made after the library loaded. The callbacks run
+// under the mutex, so unregisterCounter() waits for those under way, as c10
+// requires. Rebuilt in a forked child (not one of the locks fork() takes:
+// a close reads the counters under locks of later fork stages).
+// Thread safety: every method may be called from any thread.
+class DynamicCounters final
+    : public c10::monitor::detail::DynamicCounterBackendIf {
+ public:
+  void registerCounter(
+      std::string_view key,
+      c10::monitor::DynamicCounter::Callback callback) override {
+    std::lock_guard<std::recursive_mutex> lock(mutex_.current());
+    counters_.insert_or_assign(std::string(key), std::move(callback));
+  }
+  void unregisterCounter(std::string_view key) override {
+    std::lock_guard<std::recursive_mutex> lock(mutex_.current());
+    counters_.erase(std::string(key));
+  }
+  // Appends the value of each counter whose key `capture` takes.
+  void read(const CaptureState& capture, detail::Gauges& out) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_.current());
+    for (const auto& [key, callback] : counters_) {
+      if (capture.takes(key)) {
+        out.emplace_back(key, callback()); // c10: callbacks never throw
+      }
+    }
+  }
+
+ private:
+  detail::ForkSafeMutex mutex_;
+  std::map<std::string, c10::monitor::DynamicCounter::Callback> counters_;
+};
+
+// Owned by c10 (which never destroys its backends) once registered.
+DynamicCounters* dynamicCounters = nullptr;
+
+// What a capture reads when a window closes: "<key>.active" for each of its
+// keys with units running, and its dynamic counters.
+detail::Gauges gaugesOf(const CaptureState& capture) {
+  detail::Gauges gauges;
+  for (KeyState* k = registry().keys.load(); k != nullptr; k = k->next) {
+    const int64_t active = k->active();
+    if (active > 0 && capture.takes(k->key())) {
+      gauges.emplace_back(k->key() + ".active", active);
+    }
+  }
+  dynamicCounters->read(capture, gauges);
+  return gauges;
+}
 
 void resetReadersInChild() {
   // The parent's other threads, which may have been reading, are not here.
@@ -306,6 +414,9 @@ const bool kRegistered = [] {
   detail::onFork(detail::ForkStage::kPytorchCounters, kForkHooks);
   c10::monitor::detail::registerWaitCounterBackend(
       std::make_unique<KeyBackendFactory>());
+  auto dynamic = std::make_unique<DynamicCounters>();
+  dynamicCounters = dynamic.get();
+  c10::monitor::detail::registerDynamicCounterBackend(std::move(dynamic));
   return true;
 }();
 
@@ -357,23 +468,43 @@ PytorchCounterCapture::PytorchCounterCapture(PytorchCounterOptions options)
       options_.exclude, "capture_pytorch_counters: ", "exclude");
 
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.slotsMutex);
-  for (int slot = 0; slot < kSlots; ++slot) {
-    if (r.slots[slot].load() == nullptr) {
-      state_->slot = slot;
-      state_->startNs = nanosecondsOf(Clock::now());
-      r.slots[slot].store(state_.get());
-      r.slotsEnd.store(std::max(r.slotsEnd.load(), slot + 1));
-      runningCaptures.fetch_add(1);
-      return;
+  {
+    std::lock_guard<std::mutex> lock(r.slotsMutex);
+    for (int slot = 0; slot < kSlots && state_->slot < 0; ++slot) {
+      if (r.slots[slot].load() == nullptr) {
+        state_->slot = slot;
+        state_->startNs = nanosecondsOf(Clock::now());
+        r.slots[slot].store(state_.get());
+        r.slotsEnd.store(std::max(r.slotsEnd.load(), slot + 1));
+        runningCaptures.fetch_add(1);
+      }
     }
   }
   TORCH_CHECK_VALUE(
-      false,
+      state_->slot >= 0,
       "capture_pytorch_counters: ",
       kMaxCaptures,
       " captures are active already; remove() one (or narrow one with "
       "include/exclude) before starting another");
+  detail::GaugeWindowOptions gauges;
+  gauges.windowSteps = options_.windowSteps;
+  gauges.windowSize = options_.windowSize;
+  if (options_.syncRanks) {
+    // Named by the order of the synced captures, the same on every rank.
+    static std::atomic<int64_t> synced{0};
+    gauges.group = state_->options.group;
+    gauges.syncName = "torch_monitor.PytorchCounters#" +
+        std::to_string(synced.fetch_add(1));
+    gauges.ranksKey = "pytorch_counters.ranks";
+  }
+  try {
+    const State* state = state_.get(); // outlives the gauges: remove()
+    state_->gauges = detail::GaugeWindows::start(
+        std::move(gauges), [state] { return gaugesOf(*state); });
+  } catch (...) {
+    remove();
+    throw;
+  }
 }
 
 PytorchCounterCapture::~PytorchCounterCapture() {
@@ -389,6 +520,7 @@ PytorchCounterCapture::~PytorchCounterCapture() {
 void PytorchCounterCapture::remove() {
   Registry& r = registry();
   std::map<std::string, CapturedKey*> keys;
+  std::shared_ptr<detail::GaugeWindows> gauges;
   {
     std::lock_guard<std::mutex> lock(r.slotsMutex);
     if (state_->slot < 0) {
@@ -406,15 +538,13 @@ void PytorchCounterCapture::remove() {
     // short; once it ends no backend can reach this capture, and its slot
     // may be reused.
     waitForReaders();
-    {
-      std::lock_guard<std::mutex> backends(r.backendsMutex);
-      for (KeyBackend* backend : r.backends) {
-        backend->forget(slot);
-      }
+    for (KeyState* k = r.keys.load(); k != nullptr; k = k->next) {
+      k->forget(slot);
     }
     state_->slot = -1;
     std::lock_guard<std::recursive_mutex> keysLock(state_->mutex.current());
     keys.swap(state_->keys);
+    gauges.swap(state_->gauges);
   }
   // Outside the locks: each key's Stat logs its open window, running
   // handlers, here or, if a unit is being added to it, after that add.
@@ -422,6 +552,9 @@ void PytorchCounterCapture::remove() {
     if (key != nullptr) {
       key->release();
     }
+  }
+  if (gauges) {
+    gauges->close();
   }
 }
 

@@ -1,12 +1,15 @@
 // capturePytorchCounters: c10's wait counters (STATIC_SCOPED_WAIT_COUNTER,
-// as PyTorch's C++ times its TCPStore) become Stats while a capture runs.
+// as PyTorch's C++ times its TCPStore) become Stats while a capture runs,
+// and c10's dynamic counters are read at each window's close.
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <c10/util/DynamicCounter.h>
 #include <c10/util/WaitCounter.h>
 #include <gtest/gtest.h>
 
@@ -111,8 +114,49 @@ TEST(PytorchCounters, CapturesComeAndGoWhileThreadsTimeWork) {
     thread.join();
   }
   for (const Event& e : recorder->statEvents()) {
-    EXPECT_GE(valueOf<double>(e, "test.cpp.other.count"), 1.0);
+    // A window's units, or how many of the four threads' were running.
+    if (e.data.count("test.cpp.other.active") != 0) {
+      EXPECT_EQ(e.data.size(), 1u);
+      EXPECT_GE(valueOf<int64_t>(e, "test.cpp.other.active"), 1);
+      EXPECT_LE(valueOf<int64_t>(e, "test.cpp.other.active"), 4);
+    } else {
+      EXPECT_GE(valueOf<double>(e, "test.cpp.other.count"), 1.0);
+    }
   }
+}
+
+// c10's dynamic counters are read at each window's close when the capture
+// takes their key; one destroyed is read no more (c10 unregisters it, and
+// the backend waits for a read under way).
+TEST(PytorchCounters, DynamicCountersAreReadAtEachClose) {
+  ScopedRecorder recorder;
+  std::atomic<int64_t> value{7};
+  setStep(0);
+  {
+    PytorchCounterOptions options;
+    options.windowSteps = 2;
+    options.exclude = "ignored$";
+    auto capture = capturePytorchCounters(options);
+    auto counter = std::make_unique<c10::monitor::DynamicCounter>(
+        "test.cpp.dynamic", [&] { return value.load(); });
+    c10::monitor::DynamicCounter ignored(
+        "test.cpp.dynamic.ignored", [] { return int64_t(1); });
+    setStep(1); // within [0, 2): nothing read
+    setStep(2); // closes [0, 2)
+    value = 9;
+    setStep(4); // closes [2, 4)
+    counter.reset();
+    setStep(6); // closes [4, 6): nothing to read
+  } // removed: its last window reads nothing either
+  clearStep();
+  const std::vector<Event> events = recorder->statEvents();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].step, 2);
+  EXPECT_EQ(
+      test::keysOf(events[0]), std::vector<std::string>{"test.cpp.dynamic"});
+  EXPECT_EQ(valueOf<int64_t>(events[0], "test.cpp.dynamic"), 7);
+  EXPECT_EQ(events[1].step, 4);
+  EXPECT_EQ(valueOf<int64_t>(events[1], "test.cpp.dynamic"), 9);
 }
 
 } // namespace

@@ -43,7 +43,7 @@ LAYERS = [
 # Headers with no out-of-line code, so without a .cpp.
 HEADER_ONLY = {
     "export", "torch_monitor", "nn", "nn/call", "engine/accumulator",
-    "engine/thread_shard", "detail/call_each",
+    "engine/thread_shard", "detail/bytes", "detail/call_each",
     "detail/in_place", "reducers/factory", "reducers/reducers",
     "sinks/sinks",
 }

@@ -14,6 +14,7 @@ import math
 import pathlib
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -171,6 +172,48 @@ def test_step_windows_close_at_set_step(memory):
     assert counts == [(2, 2.0), (4, 2.0), (5, 1.0)]
 
 
+def test_units_running_at_a_close_are_logged_as_active_as_the_control_plane_counts_them(memory):
+    """"<key>.active" is the number of units running when a window closes
+    (the control plane's active_count), for the keys the capture takes;
+    nothing when none is running."""
+    held = torch.monitor._WaitCounter("test.active.held")
+    done = torch.monitor._WaitCounter("test.active.done")
+    other = torch.monitor._WaitCounter("test.active.excluded")
+    tm.set_step(0)
+    guards = [held.guard(), held.guard(), other.guard()]
+    try:
+        with tm.capture_pytorch_counters(window_steps=2, exclude="excluded"):
+            for guard in guards:
+                guard.__enter__()
+            with done.guard():
+                pass
+            before = control_plane()
+            tm.set_step(2)  # closes [0, 2) with two units of "held" running
+            for guard in guards:
+                guard.__exit__(None, None, None)
+            tm.set_step(4)  # closes [2, 4): none running
+    finally:
+        tm.set_step(None)
+    active = [(e.step, e.data) for e in memory.events() if any(k.endswith(".active") for k in e.data)]
+    assert before["test.active.held"]["active_count"] == 2
+    assert active == [(2, {"test.active.held.active": 2})]
+
+
+def test_time_windows_of_active_units_close_on_the_timer(memory):
+    """A gauge has no sample whose add() could close its window: time
+    windows close on the window timer, with no set_step and no unit ending."""
+    counter = torch.monitor._WaitCounter("test.active.timer")
+    guard = counter.guard()
+    with tm.capture_pytorch_counters(window_size=0.05):
+        guard.__enter__()
+        deadline = time.monotonic() + 30
+        while not memory.events() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        guard.__exit__(None, None, None)
+    first = memory.events()[0]
+    assert first.data == {"test.active.timer.active": 1}
+
+
 def test_a_unit_started_before_the_capture_is_not_its_own(memory):
     counter = torch.monitor._WaitCounter("test.capture.straddle")
     guard = counter.guard()
@@ -239,7 +282,13 @@ def test_removing_a_capture_while_threads_time_work_is_safe(memory):
         stop.set()
         for thread in threads:
             thread.join()
-    assert all(e.data["test.capture.threads.count"] >= 1 for e in memory.events())
+    for e in memory.events():
+        # A window's units, or how many of the four threads' were running.
+        if "test.capture.threads.active" in e.data:
+            assert e.data == {"test.capture.threads.active": e.data["test.capture.threads.active"]}
+            assert 1 <= e.data["test.capture.threads.active"] <= 4
+        else:
+            assert e.data["test.capture.threads.count"] >= 1
 
 
 def test_the_last_window_is_logged_at_exit_and_a_forked_child_captures_its_own(tmp_path):
@@ -265,16 +314,20 @@ def test_the_last_window_is_logged_at_exit_and_a_forked_child_captures_its_own(t
         writer.register()
         with counter.guard():
             pass
+        held = counter.guard()
+        held.__enter__()  # still running at exit
         """,
         timeout=120,
     )
 
-    def counts(name):
-        lines = (tmp_path / name).read_text().splitlines()
-        return [json.loads(line)["data"]["test.capture.exit.count"] for line in lines]
+    def data(name):
+        return [json.loads(line)["data"] for line in (tmp_path / name).read_text().splitlines()]
 
-    assert counts("child.jsonl") == [3]
-    assert counts("parent.jsonl") == [2]
+    assert [d["test.capture.exit.count"] for d in data("child.jsonl")] == [3]
+    # The unit running at exit is logged once, by the first exit hook.
+    parent = data("parent.jsonl")
+    assert [d["test.capture.exit.count"] for d in parent if "test.capture.exit.count" in d] == [2]
+    assert [d for d in parent if "test.capture.exit.count" not in d] == [{"test.capture.exit.active": 1}]
 
 
 def test_a_key_first_used_before_import_is_not_captured():
@@ -309,8 +362,13 @@ handle = tm.register_event_handler(lambda e: events.append((e.step, dict(e.data)
 counter = torch.monitor._WaitCounter("test.capture.ranks")
 tm.set_step(0)
 with tm.capture_pytorch_counters(window_steps=4, include="ranks$", sync_ranks=True):
+    held = counter.guard()
     for step in range(8):
         tm.set_step(step)
+        if step == 3:  # running at the close at step 4, on both ranks
+            held.__enter__()
+        if step == 5:
+            held.__exit__(None, None, None)
         for _ in range(rank + 1):  # rank 0 times 1 unit a step, rank 1 two
             with counter.guard():
                 pass
@@ -335,8 +393,13 @@ def test_sync_ranks_merges_each_keys_windows_exactly(tmp_path):
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
     rank1 = json.loads((tmp_path / "rank1.json").read_text())
     key = "test.capture.ranks"
-    # Two windows of 4 steps: 4 units of rank 0 and 8 of rank 1 each.
-    assert [(step, data[key + ".count"], data[key + ".ranks"]) for step, data in rank0] == [(4, 12.0, 2), (8, 12.0, 2)]
+    # Two windows of 4 steps: 4 units of rank 0 and 8 of rank 1 each, and
+    # in the second the unit each rank held across step 4.
+    stats = [(step, data[key + ".count"], data[key + ".ranks"]) for step, data in rank0 if key + ".count" in data]
+    assert stats == [(4, 12.0, 2), (8, 14.0, 2)]
+    # The units running at the close at step 4: one per rank, summed.
+    gauges = [(step, data) for step, data in rank0 if key + ".count" not in data]
+    assert gauges == [(4, {key + ".active": 2, "pytorch_counters.ranks": 2})]
     assert rank1 == []
 
 

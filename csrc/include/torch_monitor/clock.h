@@ -42,6 +42,16 @@ inline int64_t readClock(ClockSource source) noexcept {
   return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
+// The index by which ranks match a time window `lengthMs` long that ends
+// at `endMs` on `clock` (PRECISE or COARSE; the fake clock while set).
+// Monotonic clocks differ between machines, so the window is named by the
+// wall-clock window holding its middle, which matches across ranks while
+// their clocks agree to well within a window (docs/distributed.md).
+TORCH_MONITOR_API int64_t rankTimeWindowIndex(
+    int64_t endMs,
+    int64_t lengthMs,
+    ClockSource clock = ClockSource::PRECISE) noexcept;
+
 // True when the coarse clock's resolution is at most 1% of the window, so a
 // window boundary is late by at most 1% of the window.
 TORCH_MONITOR_API bool coarseClockIsPreciseEnough(int64_t windowMs) noexcept;

@@ -48,12 +48,17 @@ struct PytorchCounterOptions {
 // "<key>.count", "<key>.sum", "<key>.max", "<key>.mean"). A unit counts
 // when it both started and stopped while the capture was active. The key's
 // Stat is made at the first such unit, so a window logs only the keys timed
-// in it. Units timed on the library's own threads (its rank sync's Store
+// in it. Each window's close also reads the capture's gauges (engine/
+// gauge_windows.h) into one more "torch.monitor.Stat" event: "<key>.active"
+// for each key with units running (started while a capture ran, not yet
+// stopped), and "<key>" for each c10 dynamic counter (c10/util/
+// DynamicCounter.h) the capture takes; merged across ranks, their sums. Units timed on the library's own threads (its rank sync's Store
 // traffic) are torch_monitor's work and are not captured.
 //
-// c10 gives a key its backends when the key is first used: a key first used
-// before this library was loaded is not seen by any capture. Several
-// captures may run at once (at most kMaxCaptures); each logs its own events.
+// c10 gives a key its backends when the key is first used, and a dynamic
+// counter when it is made: a key first used (a counter made) before this
+// library was loaded is not seen by any capture. Several captures may run
+// at once (at most kMaxCaptures); each logs its own events.
 //
 // Thread safety: every method may be called from any thread, while other
 // threads time work, and from event handlers. remove() never waits for a

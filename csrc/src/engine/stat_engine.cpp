@@ -412,15 +412,7 @@ int64_t StatEngine<T>::rankWindowIndex(int64_t endMs) const noexcept {
   if (clock_ == ClockSource::STEP) {
     return endMs / windowLength_; // the same steps on every rank
   }
-  // Monotonic clocks differ between machines: the window is named by the
-  // wall-clock window holding its middle, which matches across ranks while
-  // their clocks agree to well within a window.
-  const int64_t wallNowMs =
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  const int64_t middle = endMs - windowLength_ / 2;
-  return (middle + (wallNowMs - readClock(clock_))) / windowLength_;
+  return rankTimeWindowIndex(endMs, windowLength_, clock_);
 }
 
 template <typename T>

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include <torch_monitor/detail/bytes.h>
 #include <torch_monitor/watch/memory.h>
 #include <torch_monitor/watch/statistics.h>
 #include <torch_monitor/watch/window_events.h>
@@ -19,23 +20,6 @@ namespace {
 constexpr uint64_t kPayloadMagic = 0x31484354'41574d54; // "TMWATCH1"
 constexpr size_t kMemoryStats = Payload::kMemoryStats;
 
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  const size_t at = out.size();
-  out.resize(at + sizeof v);
-  std::memcpy(out.data() + at, &v, sizeof v);
-}
-
-template <typename T>
-bool take(const std::vector<uint8_t>& in, size_t& at, T& v) {
-  if (at + sizeof v > in.size()) {
-    return false;
-  }
-  std::memcpy(&v, in.data() + at, sizeof v);
-  at += sizeof v;
-  return true;
-}
-
 uint64_t fnv1a(uint64_t hash, std::string_view text) {
   for (unsigned char c : text) {
     hash = (hash ^ c) * 0x100000001b3ULL;
@@ -48,14 +32,14 @@ uint64_t fnv1a(uint64_t hash, std::string_view text) {
 std::vector<uint8_t> encodePayload(const Payload& p) {
   std::vector<uint8_t> out;
   out.reserve(8 * (6 + kMemoryStats) + sizeof(double) * p.rows.size());
-  put(out, kPayloadMagic);
-  put(out, p.layoutHash);
-  put(out, p.step);
-  put(out, uint64_t(p.hasMemory));
+  detail::putBytes(out, kPayloadMagic);
+  detail::putBytes(out, p.layoutHash);
+  detail::putBytes(out, p.step);
+  detail::putBytes(out, uint64_t(p.hasMemory));
   for (int64_t m : p.memory) {
-    put(out, m);
+    detail::putBytes(out, m);
   }
-  put(out, uint64_t(p.rows.size()));
+  detail::putBytes(out, uint64_t(p.rows.size()));
   const size_t at = out.size();
   out.resize(at + sizeof(double) * p.rows.size());
   std::memcpy(out.data() + at, p.rows.data(), sizeof(double) * p.rows.size());
@@ -64,7 +48,7 @@ std::vector<uint8_t> encodePayload(const Payload& p) {
 
 std::vector<uint8_t> emptyPayload() {
   std::vector<uint8_t> out;
-  put(out, kPayloadMagic);
+  detail::putBytes(out, kPayloadMagic);
   return out;
 }
 
@@ -74,17 +58,18 @@ std::optional<Payload> decodePayload(const std::vector<uint8_t>& in) {
   Payload p;
   uint64_t hasMemory = 0;
   uint64_t n = 0;
-  if (!take(in, at, magic) || magic != kPayloadMagic ||
-      !take(in, at, p.layoutHash) || !take(in, at, p.step) ||
-      !take(in, at, hasMemory)) {
+  if (!detail::takeBytes(in, at, magic) || magic != kPayloadMagic ||
+      !detail::takeBytes(in, at, p.layoutHash) ||
+      !detail::takeBytes(in, at, p.step) ||
+      !detail::takeBytes(in, at, hasMemory)) {
     return std::nullopt;
   }
   for (int64_t& m : p.memory) {
-    if (!take(in, at, m)) {
+    if (!detail::takeBytes(in, at, m)) {
       return std::nullopt;
     }
   }
-  if (!take(in, at, n) || in.size() - at != n * sizeof(double)) {
+  if (!detail::takeBytes(in, at, n) || in.size() - at != n * sizeof(double)) {
     return std::nullopt;
   }
   p.hasMemory = hasMemory != 0;

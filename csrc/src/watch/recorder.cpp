@@ -74,12 +74,6 @@ struct Registry {
   }
 };
 
-int64_t wallClockMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // What a watch observes of a tensor: a sparse one's stored values,
 // coalesced (nn.Embedding(sparse=True)'s gradient repeats the indices of
 // repeated inputs, whose values add up; on a GPU coalescing synchronises,
@@ -489,12 +483,7 @@ std::optional<Recorder::Closed> Recorder::closeLocked(
   if (options_.windowSteps > 0) {
     c.index = windowIndex_;
   } else {
-    // Monotonic clocks differ between machines: the window is named by the
-    // wall-clock window holding its middle (as for a Stat's time windows).
-    const int64_t length = options_.windowSize.count();
-    const int64_t middle = windowEndMs_ - length / 2;
-    c.index =
-        (middle + (wallClockMs() - readClock(ClockSource::PRECISE))) / length;
+    c.index = rankTimeWindowIndex(windowEndMs_, options_.windowSize.count());
   }
   if (options_.memory) {
     c.memory = deviceMemoryStats(slots_.device());

@@ -418,7 +418,8 @@ at::Tensor rowsOnDevice(
           perTensor(at::where(finite, x, -kInf), "max"),
           perTensor(at::abs(kept), "max"),
           norm,
-          at::full({k}, column::kNoStep, options.dtype(at::kLong)).view(at::kDouble),
+          at::full({k}, column::kNoStep, options.dtype(at::kLong))
+              .view(at::kDouble),
       },
       1);
 }
@@ -434,12 +435,12 @@ void mergeRowsOnDevice(
   const at::Tensor open = at::ge(gate, 0);
   slots.narrow(1, 0, kSumColumns)
       .add_(at::where(open, rows.narrow(1, 0, kSumColumns), 0.0));
-  at::Tensor extremes = slots.narrow(1, kSumColumns, kFirstNonFinite - kSumColumns);
+  constexpr int64_t kMaxColumns = kFirstNonFinite - kSumColumns;
+  at::Tensor extremes = slots.narrow(1, kSumColumns, kMaxColumns);
   at::maximum_out(
       extremes,
       extremes,
-      at::where(
-          open, rows.narrow(1, kSumColumns, kFirstNonFinite - kSumColumns), -kInf));
+      at::where(open, rows.narrow(1, kSumColumns, kMaxColumns), -kInf));
   // A row with a non-finite element saw it at the gate's step.
   at::Tensor steps = stepsOf(slots);
   at::minimum_out(

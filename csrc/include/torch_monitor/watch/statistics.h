@@ -1,11 +1,12 @@
 #pragma once
 
 // The sufficient statistics a watch keeps per key ("<path>.<kind>"): one row
-// of kColumns float64 cells (the last an int64 step), to which every observation of a tensor adds
-// its own row (sums add, extremes take the extreme), and from which a closed
-// window derives the statistics it logs (docs/watch.md). Rows merge the same
-// way within a window, on the host, and across ranks: so one rule serves all
-// three, and a merged window is exactly the window of all observations.
+// of kColumns float64 cells (the last holds an int64 step), to which every
+// observation of a tensor adds its own row (sums add, extremes take the
+// extreme), and from which a closed window derives the statistics it logs
+// (docs/watch.md). Rows merge the same way within a window, on the host, and
+// across ranks: so one rule serves all three, and a merged window is exactly
+// the window of all observations.
 
 #include <cstdint>
 #include <limits>
