@@ -88,7 +88,6 @@ class TORCH_MONITOR_API GaugeWindows final : public LiveStat,
   std::optional<Event> closeLocked(
       std::optional<int64_t> eventStep,
       int64_t next);
-  int64_t timeWindowIndexNow() const;
 
   const GaugeWindowOptions options_;
   const Reader read_;
