@@ -199,6 +199,22 @@ def test_units_running_at_a_close_are_logged_as_active_as_the_control_plane_coun
     assert active == [(2, {"test.active.held.active": 2})]
 
 
+def test_a_step_going_back_logs_the_running_units_at_the_step_reached(memory):
+    """As a Stat's step window: the window the step went back from is closed
+    then, stamped with the step the run had reached, not the new one."""
+    guard = torch.monitor._WaitCounter("test.active.back").guard()
+    tm.set_step(4)
+    try:
+        with tm.capture_pytorch_counters(window_steps=2):
+            guard.__enter__()
+            tm.set_step(1)  # back from [4, 6) to [0, 2)
+            guard.__exit__(None, None, None)
+    finally:
+        tm.set_step(None)
+    active = [(e.step, e.data) for e in memory.events() if "test.active.back.active" in e.data]
+    assert active == [(4, {"test.active.back.active": 1})]
+
+
 def test_time_windows_of_active_units_close_on_the_timer(memory):
     """A gauge has no sample whose add() could close its window: time
     windows close on the window timer, with no set_step and no unit ending."""
