@@ -7,19 +7,25 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #ifdef TORCH_MONITOR_TEST_GLOO
 #include <ATen/ops/full.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 
 #include <torch_monitor/rank_sync.h>
+#include <torch_monitor/stat.h>
+#include <torch_monitor/step.h>
 
 #include "test_support.h"
 
@@ -174,6 +180,155 @@ TEST(RankSync, DeadRankGivesPartialMergesWithinTheDeadline) {
   const auto started = std::chrono::steady_clock::now();
   runRanks(3, 2);
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
+}
+
+// One rank's client of a Store shared by ranks in one process, counting the
+// calls that rank makes (a multiGet is one call, as on a TCPStore).
+class CountingStore final : public c10d::Store {
+ public:
+  explicit CountingStore(c10::intrusive_ptr<c10d::Store> inner)
+      : inner_(std::move(inner)) {}
+  int64_t calls() const {
+    return calls_.load();
+  }
+
+  c10::intrusive_ptr<c10d::Store> clone() override {
+    return c10::make_intrusive<CountingStore>(inner_);
+  }
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    ++calls_;
+    inner_->set(key, value);
+  }
+  std::vector<uint8_t> compareSet(
+      const std::string& key,
+      const std::vector<uint8_t>& expected,
+      const std::vector<uint8_t>& desired) override {
+    ++calls_;
+    return inner_->compareSet(key, expected, desired);
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    ++calls_;
+    return inner_->get(key);
+  }
+  int64_t add(const std::string& key, int64_t value) override {
+    ++calls_;
+    return inner_->add(key, value);
+  }
+  bool deleteKey(const std::string& key) override {
+    ++calls_;
+    return inner_->deleteKey(key);
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    ++calls_;
+    return inner_->check(keys);
+  }
+  int64_t getNumKeys() override {
+    ++calls_;
+    return inner_->getNumKeys();
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    ++calls_;
+    inner_->wait(keys);
+  }
+  void wait(
+      const std::vector<std::string>& keys,
+      const std::chrono::milliseconds& timeout) override {
+    ++calls_;
+    inner_->wait(keys, timeout);
+  }
+  std::vector<std::vector<uint8_t>> multiGet(
+      const std::vector<std::string>& keys) override {
+    ++calls_;
+    return inner_->multiGet(keys);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> inner_;
+  std::atomic<int64_t> calls_{0};
+};
+
+struct RankCalls {
+  std::vector<double> perWindow; // each rank's Store calls per window
+  int64_t mergedWithEveryRank = 0; // rank 0's merged events with all ranks
+  int64_t keysLeft = 0;
+};
+
+// `world` ranks in this process, each with its own Store client and
+// `stats` Stats of one-step windows, every Stat added to at each of
+// `windows` steps.
+RankCalls callsOfRanks(int64_t world, int stats, int64_t windows) {
+  ScopedRecorder recorder;
+  auto shared = c10::make_intrusive<c10d::HashStore>();
+  std::vector<c10::intrusive_ptr<CountingStore>> stores;
+  std::vector<std::unique_ptr<Stat<double>>> all;
+  for (int64_t r = 0; r < world; ++r) {
+    stores.push_back(c10::make_intrusive<CountingStore>(shared));
+    auto group = std::make_shared<RankGroup>();
+    group->store = stores.back();
+    group->rank = r;
+    group->worldSize = world;
+    for (int i = 0; i < stats; ++i) {
+      all.push_back(std::make_unique<Stat<double>>(
+          "s" + std::to_string(i),
+          std::vector<Aggregation>{Aggregation::SUM},
+          WindowSteps{1}));
+      all.back()->syncRanks(group);
+    }
+  }
+  for (int64_t step = 0; step < windows; ++step) {
+    setStep(step);
+    for (auto& stat : all) {
+      stat->add(1.0);
+    }
+    // A pause as a training step makes: the sync thread runs between steps.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  all.clear(); // the last windows
+  flushRankSync();
+  clearStep();
+  RankCalls out;
+  for (const auto& store : stores) {
+    out.perWindow.push_back(double(store->calls()) / double(windows));
+  }
+  for (const Event& e : recorder->statEvents()) {
+    for (const auto& [key, value] : e.data) {
+      if (key.size() > 6 && key.substr(key.size() - 6) == ".ranks" &&
+          std::get<int64_t>(value) == world) {
+        ++out.mergedWithEveryRank;
+      }
+    }
+  }
+  out.keysLeft = shared->getNumKeys();
+  return out;
+}
+
+// Issue 28: a rank's Store traffic per pass of its sync thread does not grow
+// with the number of Stats: everything it closed goes in one bundle (one
+// write, one read to learn that rank 0 settled it), and rank 0 reads the
+// ranks' bundles in bulk and settles each with two calls. Before, each
+// rank made a write and a read per Stat and window, and rank 0 four calls
+// per Stat, window and rank.
+TEST(RankSync, StoreCallsPerRankDoNotGrowWithTheNumberOfStats) {
+  constexpr int64_t kWorld = 4;
+  constexpr int64_t kWindows = 20;
+  const RankCalls few = callsOfRanks(kWorld, 10, kWindows);
+  const RankCalls many = callsOfRanks(kWorld, 100, kWindows);
+  for (const RankCalls* calls : {&few, &many}) {
+    const int stats = calls == &few ? 10 : 100;
+    SCOPED_TRACE("stats=" + std::to_string(stats));
+    EXPECT_EQ(calls->mergedWithEveryRank, stats * kWindows);
+    EXPECT_EQ(calls->keysLeft, 0);
+    for (int64_t r = 1; r < kWorld; ++r) {
+      EXPECT_LE(calls->perWindow[size_t(r)], 2.0) << "rank " << r;
+    }
+    // Rank 0: a claim and a settle per other rank, a check and a multiGet,
+    // and its polls (a check each, every 2 ms while a window waits).
+    EXPECT_LE(calls->perWindow[0], 2.0 * (kWorld - 1) + 4.0);
+  }
+  for (int64_t r = 0; r < kWorld; ++r) {
+    EXPECT_LE(many.perWindow[size_t(r)], few.perWindow[size_t(r)] + 1.0)
+        << "rank " << r;
+  }
 }
 
 TEST(RankSync, DefaultGroupRejectsBadRanks) {

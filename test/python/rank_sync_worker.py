@@ -34,10 +34,59 @@ def samples(rank, step, scenario):
     return [rank * 10 + step * 0.25 + i * 0.5 for i in range(rank + 1)]
 
 
+def posted_keys(world):
+    """The rank sync's keys left in the Store: each rank's bundles, numbered
+    from 1 (a bundle per pass of its sync thread, at most one per window and
+    step here)."""
+    store = tm._internals.group_store(dist.group.WORLD)
+    return [
+        k for r in range(world) for seq in range(1, 2 * STEPS)
+        for k in [f"torch_monitor/posts/{r}/{seq}"] if store.check([k])
+    ]
+
+
+def many_stats(rank, world, out_dir):
+    """Scenario "many": STATS Stats of one-step windows, each added to once
+    per step for WINDOWS steps (issue 28's load). Rank 0 writes how many
+    merged windows it logged with every rank, and when the last came,
+    counted from the end of its loop."""
+    stats_n, windows = int(os.environ["STATS"]), int(os.environ["WINDOWS"])
+    complete = []
+    others = []
+
+    def record(e):
+        ranks = [v for k, v in e.data.items() if k.endswith(".ranks")]
+        complete.append((time.monotonic(), ranks == [world]))
+        if ranks != [world]:
+            others.append({"name": e.name, "data": dict(e.data), "step": e.step})
+
+    tm.register_event_handler(record)
+    stats = [tm.Stat(f"s{i}", ["mean", "count"], window_steps=1, sync_ranks=True)
+             for i in range(stats_n)]
+    dist.barrier()
+    for step in range(windows):
+        tm.set_step(step)
+        for i, stat in enumerate(stats):
+            stat.add(float(rank + i + step))
+    tm.set_step(windows)
+    tm._close_all_stats()  # the last windows, as at exit
+    loop_end = time.monotonic()
+    tm._C._flush_rank_sync()
+    merged = sum(1 for _, full in complete if full)
+    last = max((t for t, _ in complete), default=loop_end) - loop_end
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"events": len(complete), "merged_all_ranks": merged,
+                   "last_after_loop_s": last, "others": others[:5]}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def main():
     rank, world, init, scenario, out_dir = sys.argv[1:6]
     rank, world = int(rank), int(world)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    if scenario == "many":
+        return many_stats(rank, world, out_dir)
     tm.set_rank_sync_deadline(float(os.environ.get("DEADLINE", "5")))
     events = []
     log = open(os.path.join(out_dir, f"events{rank}.jsonl"), "a")
@@ -108,19 +157,11 @@ def main():
     own = stat.get()
     own = {str(k).split(".")[-1].lower(): v for k, v in own.items()}
     if scenario in ("root_exit", "long_stall") and rank != 0:
-        store = tm._internals.group_store(dist.group.WORLD)
-        leaked = [
-            k for w in range(STEPS // WINDOW_STEPS + 1) for r in range(world)
-            for k in [f"torch_monitor/loss/{w}/{r}"] if store.check([k])
-        ]
+        leaked = posted_keys(world)
     elif scenario == "stall":
-        # The root outlives the late rank's posts: their keys must be swept.
+        # The root outlives the late rank's posts: their keys must be settled.
         time.sleep(max(0.0, float(os.environ["STALL"]) + 1.5 - flushed))
-        store = tm._internals.group_store(dist.group.WORLD)
-        leaked = [
-            k for w in range(1, STEPS // WINDOW_STEPS + 1) for r in range(world)
-            for k in [f"torch_monitor/loss/{w}/{r}"] if store.check([k])
-        ]
+        leaked = posted_keys(world)
     else:
         leaked = None
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:

@@ -249,3 +249,30 @@ def test_merged_windows_reach_the_handlers_in_step_order(tmp_path):
     events = merged_events(results[0])
     assert [e["step"] for e in events] == [4, 8, 12]
     assert [e["data"]["loss.ranks"] for e in events] == [1, 2, 2]
+
+
+# -- many Stats, many ranks (issue 28) --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "world, stats, windows, within_s",
+    [
+        # Before issue 28 (a key per Stat, window and rank): 4,450 of 8,000
+        # windows after 300 s, 4,221 of them with all 4 ranks.
+        (4, 400, 20, 60.0),
+        # Before: the last of 2,000 windows 3.1 s after the loop ended.
+        (8, 200, 10, 1.0),
+    ],
+)
+def test_every_window_of_many_stats_is_merged_with_every_rank(
+    tmp_path, world, stats, windows, within_s
+):
+    results, _ = run_ranks(
+        tmp_path, world, "many", env={"STATS": str(stats), "WINDOWS": str(windows)}
+    )
+    root = results[0]
+    assert root["merged_all_ranks"] == stats * windows, root
+    assert root["events"] == stats * windows, root
+    assert root["last_after_loop_s"] < within_s, root
+    for r in range(1, world):
+        assert results[r]["events"] == 0, results[r]

@@ -4,14 +4,19 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <exception>
+#include <limits>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -36,22 +41,30 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// The rank sync thread polls the Store for the windows the root is merging
-// this often: a Store check is one round trip, and a window's merge waits
-// for the slowest rank anyway.
+// The root polls the Store for the bundles its open merges wait for this
+// often: one check for all of them, and a window's merge waits for the
+// slowest rank anyway.
 constexpr auto kPollInterval = std::chrono::milliseconds(2);
-// A rank other than the root looks this often whether the root took the
-// windows it posted (at exit: kExitWatchInterval).
+// A rank other than the root looks this often whether the root settled the
+// bundles it posted (at exit: kExitWatchInterval): with windows of a second
+// or more, once per bundle.
 constexpr auto kWatchInterval = std::chrono::milliseconds(200);
 constexpr auto kExitWatchInterval = std::chrono::milliseconds(10);
-// Keys of ranks that missed a window's deadline are marked late if they
-// arrive later, looked for this often and for this many deadlines; a rank
-// gives up on a window the root did not take after as many.
+// The root reads the bundles of ranks that missed a merged window this
+// often and for this many deadlines, so that their late entries get a
+// verdict; it waits as long for a window it has not closed, and a rank
+// takes back a bundle the root did not claim within as many.
 constexpr auto kLeftoverSweepInterval = std::chrono::milliseconds(500);
 constexpr int kLeftoverDeadlines = 20;
+// The thread takes queued windows once none came for this long (at most
+// kGatherLimit after it woke): a burst of windows goes out as one bundle.
+constexpr auto kGatherQuiet = std::chrono::microseconds(500);
+constexpr auto kGatherLimit = std::chrono::milliseconds(10);
 // Windows queued for the thread at most; beyond, windows are logged locally
-// (a Store that stopped answering must not grow memory without bound).
-constexpr size_t kMaxQueuedWindows = 4096;
+// (a Store that stopped answering must not grow memory without bound: a
+// queued window is about 300 bytes). Hundreds of Stats of one-step windows
+// close thousands in the time a starved sync thread takes to run once.
+constexpr size_t kMaxQueuedWindows = size_t(1) << 16;
 // Empty markers posted at most for the windows a rank skipped.
 constexpr int64_t kMaxEmptyMarkers = 64;
 
@@ -69,44 +82,112 @@ void dispatchLogged(const Event& event) noexcept {
   }
 }
 
-// One window to post, and on the root to merge.
+// One closed window to post, and on the root to merge.
 struct Outgoing {
   std::shared_ptr<const RankGroup> group;
   std::string what; // "Stat 'loss'", for warnings
-  std::string prefix; // "torch_monitor/<stat>/<window>/"; keys add the rank
-  std::string stream; // "torch_monitor/<stat>/": its windows merge in order
+  std::string stream; // the owner's name: its windows merge in order
+  int64_t window = 0;
   std::string shape;
   Bytes payload;
   MergedPayloadBuilder build; // merges (root) or logs this rank's own alone
 };
 
-// A window the root merges once every rank posted, or at its deadline.
-struct Merge {
-  std::shared_ptr<const RankGroup> group;
-  std::string what;
-  std::string prefix;
-  std::string stream;
-  std::string shape; // the root's: other ranks' must match it
-  Bytes own; // the root's payload
-  MergedPayloadBuilder build;
-  SteadyClock::time_point deadline;
-};
+// Logs a window of this rank that the root will not merge, here, as a
+// window of one rank.
+void dispatchAllLogged(const std::vector<Event>& events) {
+  for (const Event& event : events) {
+    dispatchLogged(event);
+  }
+}
+void logLocally(const Outgoing& out) {
+  dispatchAllLogged(out.build({out.payload}));
+}
 
-// Keys of ranks that missed their window's deadline, marked late if they
-// come (their ranks then log those windows themselves).
-struct Leftover {
-  std::shared_ptr<const RankGroup> group;
-  std::vector<std::string> keys;
-  SteadyClock::time_point expiry;
-};
+// A rank's link to one group: the group's Store as this rank sees it (the
+// same Store object, rank and size make one channel, however many
+// RankGroup values name it).
+using ChannelId = std::tuple<const c10d::Store*, int64_t, int64_t>;
 
-// A window a rank other than the root posted, until the root took it or the
-// rank took it back.
-struct Watch {
-  Outgoing posted;
+ChannelId idOf(const RankGroup& group) {
+  return {group.store.get(), group.rank, group.worldSize};
+}
+
+// A bundle this rank posted, until the root decided every entry (deleted
+// the key, or wrote a verdict on the entries it did not merge) or the rank
+// took it back.
+struct Posted {
   std::string key;
   Bytes bytes;
+  std::vector<Outgoing> entries;
   SteadyClock::time_point postedAt;
+};
+
+// A bundle the root claimed: deleted once every entry is decided, or
+// replaced by the verdicts on those it did not merge.
+struct Claimed {
+  std::string key;
+  size_t undecided = 0;
+  std::vector<EntryVerdict> verdicts;
+};
+
+// Another rank's entry of a window, claimed by the root.
+struct Share {
+  int64_t rank = 0;
+  std::string shape;
+  Bytes payload;
+  std::shared_ptr<Claimed> bundle;
+  uint32_t entry = 0;
+};
+
+// One window of one stream on the root: its own share once it closed the
+// window (then it has a deadline), and the other ranks' claimed shares.
+// A window whose other ranks' shares came first waits for the root's own
+// (an "orphan" until then).
+struct Merge {
+  bool hasOwn = false;
+  std::shared_ptr<const RankGroup> group;
+  std::string what;
+  std::string shape;
+  Bytes own;
+  MergedPayloadBuilder build;
+  SteadyClock::time_point deadline;
+  SteadyClock::time_point firstSeen;
+  std::vector<Share> shares;
+  std::vector<bool> arrived; // per rank: its share came (merged or refused)
+  bool readThisDeadline = false; // the missing ranks were looked for once more
+
+  bool complete() const {
+    return std::all_of(arrived.begin(), arrived.end(), [](bool a) { return a; });
+  }
+};
+
+// What the root knows of a stream's own windows: the first and last it
+// posted (the ones between were posted too, as windows or empty markers).
+struct OwnRange {
+  int64_t first = 0;
+  int64_t last = -1;
+};
+
+// The thread's state for one channel.
+struct Channel {
+  std::shared_ptr<const RankGroup> group; // the newest that named it
+  // Any rank: its next bundle's number, and its undecided bundles, oldest
+  // first; the keys it took back, deleted when the thread stops (the root
+  // deletes those it reads: a key it has not read yet must stay, or the
+  // root would wait for it forever).
+  int64_t nextSeq = 1;
+  std::deque<Posted> posted;
+  std::vector<std::string> givenUp;
+  // The root: each rank's next bundle to read; the windows being merged, in
+  // stream then window order; each stream's own windows.
+  std::vector<int64_t> next;
+  std::map<std::pair<std::string, int64_t>, Merge> merges;
+  std::unordered_map<std::string, OwnRange> own;
+  // Ranks that missed a merged window: their next bundles are read every
+  // kLeftoverSweepInterval until then, so that late entries get their
+  // verdict.
+  std::map<int64_t, SteadyClock::time_point> lateRanks;
 };
 
 struct SyncedStat {
@@ -126,6 +207,7 @@ struct RankSync {
   std::unordered_map<const void*, SyncedStat> stats;
   std::shared_ptr<const RankGroup> defaultGroup;
   std::deque<Outgoing> queue;
+  SteadyClock::time_point lastQueued; // when the newest window was queued
   size_t busy = 0; // windows the thread took but has not finished
   bool warnedFull = false;
   bool warnedNoGroup = false;
@@ -173,13 +255,48 @@ struct RankSync {
 
   // State only the thread touches.
   struct Work {
-    std::vector<Merge> merges;
-    std::vector<Leftover> leftovers;
-    std::vector<Watch> watches;
+    std::map<ChannelId, Channel> channels;
     // Problems warned about once each: "<reason>/<stat>/<rank>".
     std::unordered_set<std::string> warned;
     SteadyClock::time_point nextSweep;
     SteadyClock::time_point nextWatch;
+
+    // Windows still to finish: the root's own ones being merged, and the
+    // bundles other ranks posted that the root has not decided.
+    size_t pending() const {
+      size_t n = 0;
+      for (const auto& [id, channel] : channels) {
+        n += channel.posted.size();
+        for (const auto& [where, merge] : channel.merges) {
+          n += merge.hasOwn ? 1 : 0;
+        }
+      }
+      return n;
+    }
+    bool anyPosted() const {
+      return std::any_of(channels.begin(), channels.end(), [](const auto& c) {
+        return !c.second.posted.empty();
+      });
+    }
+    bool anyMerges() const {
+      return std::any_of(channels.begin(), channels.end(), [](const auto& c) {
+        return !c.second.merges.empty();
+      });
+    }
+    bool anyOwnMerges() const {
+      return std::any_of(
+          channels.begin(), channels.end(), [](const auto& c) {
+            return std::any_of(
+                c.second.merges.begin(),
+                c.second.merges.end(),
+                [](const auto& m) { return m.second.hasOwn; });
+          });
+    }
+    bool anyLateRanks() const {
+      return std::any_of(channels.begin(), channels.end(), [](const auto& c) {
+        return !c.second.lateRanks.empty();
+      });
+    }
   };
 
   void run() {
@@ -190,34 +307,39 @@ struct RankSync {
     work.nextSweep = work.nextWatch = SteadyClock::now();
     std::unique_lock<std::mutex> lock(mutex);
     while (true) {
+      gatherBurst(lock);
       std::vector<Outgoing> batch(
           std::make_move_iterator(queue.begin()),
           std::make_move_iterator(queue.end()));
       queue.clear();
-      busy = work.merges.size() + work.watches.size() + batch.size();
+      busy = work.pending() + batch.size();
       const bool stop = stopping;
       const auto exitStartedAt = exitStarted;
-      if (stop && batch.empty() && work.merges.empty() &&
-          work.watches.empty()) {
-        break; // leftovers are dropped: their ranks are most likely gone
+      if (stop && batch.empty() && !work.anyOwnMerges() && !work.anyPosted()) {
+        finishAtStop(work);
+        break;
       }
       lock.unlock();
-      for (Outgoing& out : batch) {
-        post(out, work);
-      }
-      pollMerges(work);
+      postBatch(batch, work);
       const auto now = SteadyClock::now();
-      if (!work.leftovers.empty() && now >= work.nextSweep) {
-        sweep(work.leftovers, now);
+      const bool sweep = now >= work.nextSweep;
+      for (auto& [id, channel] : work.channels) {
+        if (channel.group->rank == 0) {
+          readAndMerge(channel, work, now, sweep);
+        }
+      }
+      if (sweep) {
         work.nextSweep = now + kLeftoverSweepInterval;
       }
-      if (!work.watches.empty() && (now >= work.nextWatch || stop)) {
-        checkWatches(work, now, exitStartedAt, /*takeAllBack=*/stop);
+      if (work.anyPosted() && (now >= work.nextWatch || stop)) {
+        for (auto& [id, channel] : work.channels) {
+          checkPosted(channel, work, now, exitStartedAt, /*takeAllBack=*/stop);
+        }
         work.nextWatch =
             now + (exitStartedAt ? kExitWatchInterval : kWatchInterval);
       }
       lock.lock();
-      busy = work.merges.size() + work.watches.size();
+      busy = work.pending();
       if (!queue.empty() || (stopping && !stop)) {
         continue;
       }
@@ -225,12 +347,12 @@ struct RankSync {
         idle.notify_all();
       }
       // Producers and stop requests notify under the mutex: no lost wake-up.
-      if (!work.merges.empty()) {
+      if (work.anyOwnMerges()) {
         wake.wait_for(lock, kPollInterval);
-      } else if (!work.watches.empty()) {
+      } else if (work.anyPosted()) {
         wake.wait_until(lock, work.nextWatch);
-      } else if (!work.leftovers.empty()) {
-        wake.wait_for(lock, kLeftoverSweepInterval);
+      } else if (work.anyMerges() || work.anyLateRanks()) {
+        wake.wait_until(lock, work.nextSweep);
       } else if (!stopping) {
         wake.wait(lock);
       }
@@ -240,6 +362,21 @@ struct RankSync {
     idle.notify_all();
   }
 
+  // Windows close in bursts (every Stat's at one step); the thread, woken
+  // by the first, waits until none came for kGatherQuiet (at most
+  // kGatherLimit), so that one bundle carries the whole burst.
+  void gatherBurst(std::unique_lock<std::mutex>& lock) {
+    const auto limit = SteadyClock::now() + kGatherLimit;
+    while (!queue.empty() && !stopping) {
+      const auto quietAt = lastQueued + kGatherQuiet;
+      const auto now = SteadyClock::now();
+      if (now >= quietAt || now >= limit) {
+        return;
+      }
+      wake.wait_until(lock, std::min(quietAt, limit));
+    }
+  }
+
   // Warns once per `key` (a reason, the stat and a rank).
   static void warnOnce(Work& work, const std::string& key, const std::string& message) {
     if (work.warned.insert(key).second) {
@@ -247,295 +384,542 @@ struct RankSync {
     }
   }
 
-  // Logs a window of this rank that the root will not merge, here, as a
-  // window of one rank.
-  static void logLocally(const Outgoing& out) {
-    dispatchAllLogged(out.build({out.payload}));
+  static Channel& channelFor(Work& work, const std::shared_ptr<const RankGroup>& group) {
+    Channel& channel = work.channels[idOf(*group)];
+    channel.group = group;
+    if (group->rank == 0 && channel.next.empty()) {
+      channel.next.assign(size_t(group->worldSize), 1);
+    }
+    return channel;
   }
 
-  static void dispatchAllLogged(const std::vector<Event>& events) {
-    for (const Event& event : events) {
-      dispatchLogged(event);
+  // Everything one pass closed goes out as one bundle per channel (the
+  // root's own windows go straight to its merges): a rank's Store traffic
+  // per pass does not grow with the number of Stats.
+  static void postBatch(std::vector<Outgoing>& batch, Work& work) {
+    std::map<ChannelId, std::vector<Outgoing>> bundles;
+    for (Outgoing& out : batch) {
+      if (out.group->rank == 0) {
+        Channel& channel = channelFor(work, out.group);
+        addOwn(channel, std::move(out), work);
+      } else {
+        bundles[idOf(*out.group)].push_back(std::move(out));
+      }
+    }
+    for (auto& [id, entries] : bundles) {
+      Channel& channel = channelFor(work, entries.back().group);
+      post(channel, std::move(entries), work);
     }
   }
 
-  static void post(Outgoing& out, Work& work) {
-    const std::string key = keyOf(out.prefix, out.group->rank);
-    Bytes bytes = wrapPost(out.shape, out.payload);
+  static void post(Channel& channel, std::vector<Outgoing> entries, Work& work) {
+    const RankGroup& group = *channel.group;
+    std::vector<BundleEntry> bundle;
+    bundle.reserve(entries.size());
+    for (const Outgoing& out : entries) {
+      bundle.push_back(BundleEntry{out.stream, out.window, out.shape, out.payload});
+    }
+    Posted posted{
+        postKey(group.rank, channel.nextSeq), encodeBundle(bundle), {}, {}};
     try {
-      writeKey(*out.group->store, key, bytes);
+      writeKey(*group.store, posted.key, posted.bytes);
     } catch (const std::exception& e) {
       warnOnce(
           work,
-          "post/" + out.what,
-          "torch_monitor: " + out.what +
-              ": could not post a window to the rank group's Store (" +
+          "post/" + std::to_string(group.rank),
+          "torch_monitor: could not post windows to the rank group's Store (" +
               errorMessage(e) +
               "); this rank logs such windows itself, as windows of one "
               "rank");
-      logLocally(out);
+      for (const Outgoing& out : entries) {
+        logLocally(out);
+      }
       return;
     }
-    const auto now = SteadyClock::now();
-    if (out.group->rank == 0) {
-      const auto deadline = now + out.group->deadline;
-      work.merges.push_back(Merge{
-          out.group,
-          out.what,
-          out.prefix,
-          out.stream,
-          out.shape,
-          out.payload,
-          std::move(out.build),
-          deadline});
-    } else {
-      work.watches.push_back(Watch{std::move(out), key, std::move(bytes), now});
-    }
+    ++channel.nextSeq;
+    posted.entries = std::move(entries);
+    posted.postedAt = SteadyClock::now();
+    channel.posted.push_back(std::move(posted));
   }
 
-  // Merges every window whose ranks all posted or whose deadline passed,
-  // in order within each stream: a window waits while an earlier window of
-  // its Stat (or watch) is still waiting, even when its own ranks are all
-  // there, so that the merged points of one tag reach the sinks in step
-  // order. (A rank's first window of a Stat comes without empty markers for
-  // the windows before it, so a later window can be complete while an
-  // earlier one waits for its deadline.) `merges` holds each stream's
-  // windows in the order they were posted, which is window order.
-  static void pollMerges(Work& work) {
+  // The root closed a window: it waits for the other ranks' shares from now
+  // on, for at most the deadline.
+  static void addOwn(Channel& channel, Outgoing out, Work& work) {
+    OwnRange& range = channel.own[out.stream];
+    if (range.last < range.first) {
+      range.first = out.window;
+    }
+    range.last = out.window;
     const auto now = SteadyClock::now();
-    std::vector<const Merge*> waiting; // the first waiting window per stream
-    const auto blocked = [&](const Merge& m) {
-      return std::any_of(waiting.begin(), waiting.end(), [&](const Merge* w) {
-        return w->group == m.group && w->stream == m.stream;
-      });
-    };
-    for (auto it = work.merges.begin(); it != work.merges.end();) {
-      if (!blocked(*it) && tryMerge(*it, now >= it->deadline, work)) {
-        it = work.merges.erase(it);
-      } else {
-        waiting.push_back(&*it);
+    Merge& merge = mergeOf(channel, out.stream, out.window, now);
+    merge.hasOwn = true;
+    merge.group = out.group;
+    merge.what = std::move(out.what);
+    merge.shape = std::move(out.shape);
+    merge.own = std::move(out.payload);
+    merge.build = std::move(out.build);
+    merge.deadline = now + out.group->deadline;
+    merge.arrived[0] = true;
+    // Shares that came before: each is checked now that the shape is known.
+    std::vector<Share> early = std::move(merge.shares);
+    merge.shares.clear();
+    for (Share& share : early) {
+      admit(merge, std::move(share), work);
+    }
+    // Earlier windows of the stream the root never closed never will be.
+    auto& merges = channel.merges;
+    for (auto it = merges.lower_bound({out.stream, std::numeric_limits<int64_t>::min()});
+         it != merges.end() && it->first.first == out.stream &&
+         it->first.second < out.window;) {
+      if (it->second.hasOwn) {
         ++it;
+      } else {
+        refuseAll(it->second, Verdict::kOrphan, work);
+        it = merges.erase(it);
       }
     }
   }
 
-  // True when the window is done (merged, or given up on). The root takes
-  // another rank's share with compareSet (share -> kTakenMark), so that a rank
-  // that took it back meanwhile (kGivenUpMark) is never merged as well.
-  static bool tryMerge(Merge& merge, bool pastDeadline, Work& work) {
-    const RankGroup& group = *merge.group;
-    std::vector<std::string> keys;
-    keys.reserve(group.worldSize);
-    for (int64_t r = 0; r < group.worldSize; ++r) {
-      keys.push_back(keyOf(merge.prefix, r));
+  static Merge& mergeOf(
+      Channel& channel,
+      const std::string& stream,
+      int64_t window,
+      SteadyClock::time_point now) {
+    auto [it, made] = channel.merges.try_emplace({stream, window});
+    if (made) {
+      it->second.firstSeen = now;
+      it->second.arrived.assign(size_t(channel.group->worldSize), false);
+    }
+    return it->second;
+  }
+
+  // Decides one entry of a claimed bundle; its key is settled once all are.
+  static void decide(
+      const std::shared_ptr<Claimed>& bundle,
+      std::optional<EntryVerdict> verdict,
+      c10d::Store& store,
+      Work& work) {
+    if (verdict) {
+      bundle->verdicts.push_back(*verdict);
+    }
+    if (--bundle->undecided > 0) {
+      return;
     }
     try {
-      std::vector<int64_t> present;
-      std::vector<std::string> missing;
-      if (keysExist(*group.store, keys)) {
-        for (int64_t r = 0; r < group.worldSize; ++r) {
-          present.push_back(r);
-        }
-      } else if (!pastDeadline) {
-        return false;
+      if (bundle->verdicts.empty()) {
+        deleteKey(store, bundle->key);
       } else {
-        for (int64_t r = 0; r < group.worldSize; ++r) {
-          if (keysExist(*group.store, {keys[r]})) {
-            present.push_back(r);
-          } else {
-            missing.push_back(keys[r]);
+        writeKey(store, bundle->key, encodeVerdicts(bundle->verdicts));
+      }
+    } catch (const std::exception& e) {
+      warnOnce(
+          work,
+          "verdict",
+          "torch_monitor: could not settle a rank's posted windows on the "
+          "rank group's Store (" +
+              errorMessage(e) + "); that rank logs them itself");
+    }
+  }
+
+  // A share of a window whose own share the root has: merged, unless its
+  // shape differs.
+  static void admit(Merge& merge, Share share, Work& work) {
+    const int64_t r = share.rank;
+    merge.arrived[size_t(r)] = true;
+    if (share.shape == merge.shape) {
+      merge.shares.push_back(std::move(share));
+      return;
+    }
+    warnOnce(
+        work,
+        "shape/" + merge.what + "/" + std::to_string(r),
+        "torch_monitor: " + merge.what +
+            " is not the same on every rank of its group: rank " +
+            std::to_string(merge.group->rank) + " has " + merge.shape +
+            ", rank " + std::to_string(r) + " " + share.shape + "; rank " +
+            std::to_string(r) +
+            "'s windows are not merged (it logs them itself). Create it the "
+            "same way on every rank");
+    decide(
+        share.bundle,
+        EntryVerdict{share.entry, Verdict::kRefused},
+        *merge.group->store,
+        work);
+  }
+
+  static void refuseAll(Merge& merge, Verdict reason, Work& work) {
+    for (Share& share : merge.shares) {
+      decide(share.bundle, EntryVerdict{share.entry, reason}, *merge.group->store, work);
+    }
+    merge.shares.clear();
+  }
+
+  // The root: reads the bundles its windows wait for (every 2 ms while one
+  // does), merges what is complete or past its deadline, in window order
+  // within each stream, and every kLeftoverSweepInterval reads the bundles
+  // of ranks that missed a window, so that their late entries get a verdict.
+  static void readAndMerge(
+      Channel& channel,
+      Work& work,
+      SteadyClock::time_point now,
+      bool sweep) {
+    const int64_t world = channel.group->worldSize;
+    std::vector<bool> wanted(size_t(world), false);
+    std::vector<bool> thorough(size_t(world), false);
+    for (auto& [where, merge] : channel.merges) {
+      if (!merge.hasOwn) {
+        continue;
+      }
+      const bool due = now >= merge.deadline && !merge.readThisDeadline;
+      merge.readThisDeadline = merge.readThisDeadline || due;
+      for (int64_t r = 1; r < world; ++r) {
+        if (!merge.arrived[size_t(r)]) {
+          wanted[size_t(r)] = true;
+          thorough[size_t(r)] = thorough[size_t(r)] || due;
+        }
+      }
+    }
+    if (sweep) {
+      for (auto it = channel.lateRanks.begin(); it != channel.lateRanks.end();) {
+        thorough[size_t(it->first)] = wanted[size_t(it->first)] = true;
+        it = now >= it->second ? channel.lateRanks.erase(it) : std::next(it);
+      }
+    }
+    try {
+      readBundles(channel, wanted, thorough, work, now);
+    } catch (const std::exception& e) {
+      warnOnce(
+          work,
+          "read",
+          "torch_monitor: could not read the other ranks' windows from the "
+          "rank group's Store (" +
+              errorMessage(e) +
+              "); rank 0 merges such windows from the ranks it could read");
+    }
+    mergeReady(channel, work, now);
+  }
+
+  // Reads and claims the next bundle of each wanted rank that posted one:
+  // one check for all of them; when not all are there, a search only for
+  // the ranks due a thorough look (a window past its deadline, a sweep).
+  // A rank whose bundle came is read again at once, as it may have posted
+  // more (it was late, or its windows closed faster than the root looked):
+  // one more check, and a search only for the ranks due a thorough look.
+  static void readBundles(
+      Channel& channel,
+      std::vector<bool> wanted,
+      std::vector<bool> thorough,
+      Work& work,
+      SteadyClock::time_point now) {
+    c10d::Store& store = *channel.group->store;
+    for (int round = 0; round < kMaxEmptyMarkers; ++round) {
+      std::vector<int64_t> ranks;
+      std::vector<std::string> keys;
+      for (size_t r = 1; r < wanted.size(); ++r) {
+        if (wanted[r]) {
+          ranks.push_back(int64_t(r));
+          keys.push_back(postKey(int64_t(r), channel.next[r]));
+        }
+      }
+      if (keys.empty()) {
+        return;
+      }
+      if (!keysExist(store, keys)) {
+        std::vector<int64_t> searched;
+        std::vector<std::string> searchedKeys;
+        for (size_t i = 0; i < ranks.size(); ++i) {
+          if (thorough[size_t(ranks[i])]) {
+            searched.push_back(ranks[i]);
+            searchedKeys.push_back(keys[i]);
+          }
+        }
+        const std::vector<bool> present = keysPresent(store, searchedKeys);
+        ranks.clear();
+        keys.clear();
+        for (size_t i = 0; i < searched.size(); ++i) {
+          if (present[i]) {
+            ranks.push_back(searched[i]);
+            keys.push_back(std::move(searchedKeys[i]));
           }
         }
       }
-      std::vector<Bytes> payloads;
-      for (const int64_t r : present) {
-        const std::string& key = keys[r];
-        // Read without waiting: a rank that took its share back may have
-        // deleted it since the check (multiGet would wait for the key).
-        const Bytes value = peekKey(*group.store, key);
-        auto posted = unwrapPost(value);
-        if (!posted) {
-          continue; // its rank took it back: not merged here
-        }
-        if (r == group.rank) {
-          deleteKey(*group.store, key); // nobody else takes the root's own
-          payloads.push_back(std::move(posted->payload));
-          continue;
-        }
-        if (posted->shape != merge.shape) {
-          swapKey(*group.store, key, value, kRefusedMark);
-          warnOnce(
-              work,
-              "shape/" + merge.what + "/" + std::to_string(r),
-              "torch_monitor: " + merge.what +
-                  " is not the same on every rank of its group: rank " +
-                  std::to_string(group.rank) + " has " + merge.shape +
-                  ", rank " + std::to_string(r) + " " + posted->shape +
-                  "; rank " + std::to_string(r) +
-                  "'s windows are not merged (it logs them itself). Create "
-                  "it the same way on every rank");
-          continue;
-        }
-        if (swapKey(*group.store, key, value, kTakenMark) == kTakenMark) {
-          deleteKey(*group.store, key);
-          payloads.push_back(std::move(posted->payload));
-        }
+      const std::vector<Bytes> values = readKeys(store, keys);
+      wanted.assign(wanted.size(), false);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const auto r = size_t(ranks[i]);
+        ++channel.next[r];
+        claim(channel, ranks[i], keys[i], values[i], work, now);
+        wanted[r] = true;
       }
-      if (!missing.empty()) {
-        work.leftovers.push_back(Leftover{
-            merge.group,
-            std::move(missing),
-            SteadyClock::now() + kLeftoverDeadlines * group.deadline});
-      }
-      if (!payloads.empty()) {
-        dispatchAllLogged(merge.build(payloads));
-      }
-    } catch (const std::exception& e) {
-      warnOnce(
-          work,
-          "merge/" + merge.what,
-          "torch_monitor: " + merge.what +
-              ": could not merge a window across ranks (" +
-              errorMessage(e) +
-              "); rank 0 logs its own share of such windows, as windows of "
-              "one rank");
-      dispatchAllLogged(merge.build({merge.own}));
     }
-    return true;
   }
 
-  // Marks the shares that came after their window's merge as late, so that
-  // their ranks log them themselves.
-  static void sweep(
-      std::vector<Leftover>& leftovers,
+  static bool keysExist(c10d::Store& store, const std::vector<std::string>& keys) {
+    return store.check(keys);
+  }
+
+  // Takes a bundle from its rank (compareSet, so that a rank taking it back
+  // at the same time never has it merged as well) and files its entries.
+  static void claim(
+      Channel& channel,
+      int64_t rank,
+      const std::string& key,
+      const Bytes& value,
+      Work& work,
       SteadyClock::time_point now) {
-    for (auto it = leftovers.begin(); it != leftovers.end();) {
-      auto& keys = it->keys;
-      c10d::Store& store = *it->group->store;
-      try {
-        keys.erase(
-            std::remove_if(
-                keys.begin(),
-                keys.end(),
-                [&](const std::string& key) {
-                  const Bytes value = peekKey(store, key);
-                  if (value == kAbsentKey) {
-                    return false; // not come yet
-                  }
-                  if (unwrapPost(value)) {
-                    swapKey(store, key, value, kLateMark);
-                  }
-                  return true;
-                }),
-            keys.end());
-      } catch (const std::exception&) {
-        keys.clear(); // the Store is gone: nothing left to mark
+    c10d::Store& store = *channel.group->store;
+    auto entries = decodeBundle(value);
+    if (!entries) {
+      if (value == kGivenUpMark) {
+        deleteKey(store, key); // its rank took it back: we read past it
       }
-      if (keys.empty() || now >= it->expiry) {
-        it = leftovers.erase(it);
+      return;
+    }
+    if (swapKey(store, key, value, kClaimedMark) != kClaimedMark) {
+      return; // taken back meanwhile
+    }
+    auto bundle = std::make_shared<Claimed>();
+    bundle->key = key;
+    bundle->undecided = entries->size() + 1; // + 1: released below
+    for (uint32_t i = 0; i < entries->size(); ++i) {
+      BundleEntry& entry = (*entries)[i];
+      Share share{rank, std::move(entry.shape), std::move(entry.payload), bundle, i};
+      const auto merge = channel.merges.find({entry.stream, entry.window});
+      if (merge != channel.merges.end() && merge->second.hasOwn) {
+        if (merge->second.arrived[size_t(rank)]) {
+          decide(bundle, EntryVerdict{i, Verdict::kLate}, store, work);
+        } else {
+          admit(merge->second, std::move(share), work);
+        }
+        continue;
+      }
+      const auto range = channel.own.find(entry.stream);
+      if (range != channel.own.end() && entry.window <= range->second.last) {
+        // The root closed that window and merged it, or never had it.
+        const bool merged = entry.window >= range->second.first;
+        decide(
+            bundle,
+            EntryVerdict{i, merged ? Verdict::kLate : Verdict::kOrphan},
+            store,
+            work);
+        continue;
+      }
+      Merge& early = mergeOf(channel, entry.stream, entry.window, now);
+      if (early.arrived[size_t(rank)]) {
+        decide(bundle, EntryVerdict{i, Verdict::kLate}, store, work);
       } else {
-        ++it;
+        early.arrived[size_t(rank)] = true;
+        early.shares.push_back(std::move(share));
       }
+    }
+    decide(bundle, std::nullopt, store, work);
+  }
+
+  // Merges every window whose ranks all came or whose deadline passed, in
+  // order within each stream: a window waits while an earlier window of its
+  // stream is still waiting, even when its own ranks are all there, so that
+  // the merged points of one tag reach the sinks in step order. Windows the
+  // root has not closed wait for it up to kLeftoverDeadlines deadlines.
+  static void mergeReady(Channel& channel, Work& work, SteadyClock::time_point now) {
+    const std::string* blocked = nullptr;
+    for (auto it = channel.merges.begin(); it != channel.merges.end();) {
+      Merge& merge = it->second;
+      const std::string& stream = it->first.first;
+      if (!merge.hasOwn) {
+        if (now >= merge.firstSeen + kLeftoverDeadlines * channel.group->deadline) {
+          refuseAll(merge, Verdict::kOrphan, work);
+          it = channel.merges.erase(it);
+        } else {
+          ++it;
+        }
+        continue;
+      }
+      if ((blocked != nullptr && *blocked == stream) ||
+          !(merge.complete() || now >= merge.deadline)) {
+        blocked = &stream;
+        ++it;
+        continue;
+      }
+      finish(channel, merge, work, now);
+      it = channel.merges.erase(it);
     }
   }
 
-  // A rank other than the root: forgets the windows the root took, and
-  // takes back (then logs itself) those it refused, marked late, or did not
-  // take in time. `takeAllBack`: the thread stops, what is left is taken
+  // Logs a merged window and settles its shares; ranks that missed it are
+  // read for a while, for their late entries.
+  static void finish(
+      Channel& channel,
+      Merge& merge,
+      Work& work,
+      SteadyClock::time_point now) {
+    std::sort(merge.shares.begin(), merge.shares.end(), [](const Share& a, const Share& b) {
+      return a.rank < b.rank;
+    });
+    std::vector<Bytes> payloads{std::move(merge.own)};
+    for (Share& share : merge.shares) {
+      payloads.push_back(std::move(share.payload));
+    }
+    for (size_t r = 1; r < merge.arrived.size(); ++r) {
+      if (!merge.arrived[r]) {
+        channel.lateRanks[int64_t(r)] =
+            now + kLeftoverDeadlines * merge.group->deadline;
+      }
+    }
+    dispatchAllLogged(merge.build(payloads));
+    for (Share& share : merge.shares) {
+      decide(share.bundle, std::nullopt, *merge.group->store, work);
+    }
+  }
+
+  // The thread stops: entries still waiting for a window the root never
+  // closed get their verdict, and this rank's taken-back keys are deleted.
+  static void finishAtStop(Work& work) {
+    for (auto& [id, channel] : work.channels) {
+      for (auto& [where, merge] : channel.merges) {
+        refuseAll(merge, Verdict::kOrphan, work);
+      }
+      channel.merges.clear();
+      for (const std::string& key : channel.givenUp) {
+        try {
+          deleteKey(*channel.group->store, key);
+        } catch (const std::exception&) {
+          break; // the Store is gone, and the keys with it
+        }
+      }
+      channel.givenUp.clear();
+    }
+  }
+
+  // A rank other than the root: learns, oldest first, what the root decided
+  // of each bundle it posted: logs the entries the root did not merge, and
+  // takes back (then logs) bundles the root did not claim in time.
+  // `takeAllBack`: the thread stops, every bundle still unclaimed is taken
   // back now.
-  static void checkWatches(
+  static void checkPosted(
+      Channel& channel,
       Work& work,
       SteadyClock::time_point now,
       std::optional<SteadyClock::time_point> exitStarted,
       bool takeAllBack) {
-    for (auto it = work.watches.begin(); it != work.watches.end();) {
-      if (resolveWatch(*it, work, now, exitStarted, takeAllBack)) {
-        it = work.watches.erase(it);
-      } else {
-        ++it;
+    while (!channel.posted.empty()) {
+      if (!resolve(channel, channel.posted.front(), work, now, exitStarted, takeAllBack)) {
+        if (!takeAllBack) {
+          return;
+        }
+        // At stop a bundle the root holds is the root's to settle.
       }
+      channel.posted.pop_front();
     }
   }
 
-  // True when the window is decided: the root took it, or this rank logged
-  // it itself.
-  static bool resolveWatch(
-      Watch& watch,
+  // True when the bundle is settled: the root merged every entry (deleted
+  // the key), wrote a verdict on some (logged here), or this rank took it
+  // back (logged here).
+  static bool resolve(
+      Channel& channel,
+      const Posted& posted,
       Work& work,
       SteadyClock::time_point now,
       std::optional<SteadyClock::time_point> exitStarted,
       bool takeAllBack) {
-    const Outgoing& posted = watch.posted;
-    c10d::Store& store = *posted.group->store;
-    const std::string where = "torch_monitor: " + posted.what +
-        ", window " + windowOf(posted.prefix) + " of rank " +
-        std::to_string(posted.group->rank) + ", is not merged across ranks: ";
+    const RankGroup& group = *channel.group;
+    c10d::Store& store = *group.store;
+    const std::string rank = std::to_string(group.rank);
+    const auto where = [&](const Outgoing& out) {
+      return "torch_monitor: " + out.what + ", window " +
+          std::to_string(out.window) + " of rank " + rank +
+          ", is not merged across ranks: ";
+    };
     const std::string fallback =
         "; this rank logs such windows itself, as windows of one rank";
     try {
-      Bytes value = peekKey(store, watch.key);
-      auto giveUp =
-          watch.postedAt + kLeftoverDeadlines * posted.group->deadline;
+      Bytes value = peekKey(store, posted.key);
+      auto giveUp = posted.postedAt + kLeftoverDeadlines * group.deadline;
       if (exitStarted) {
-        giveUp = std::min(giveUp, *exitStarted + posted.group->deadline);
+        giveUp = std::min(giveUp, *exitStarted + group.deadline);
       }
-      if (value == watch.bytes && (takeAllBack || now >= giveUp)) {
-        // Ours again unless the root took it in the meantime (a key the
-        // root took and deleted answers the expected value).
-        value = swapKey(store, watch.key, watch.bytes, kGivenUpMark);
-        if (value == watch.bytes) {
+      if (value == posted.bytes && (takeAllBack || now >= giveUp)) {
+        // Ours again unless the root claimed it in the meantime (a key the
+        // root settled and deleted answers the expected value).
+        value = swapKey(store, posted.key, posted.bytes, kGivenUpMark);
+        if (value == kGivenUpMark) {
+          const auto waited =
+              std::chrono::duration_cast<std::chrono::milliseconds>(
+                  now - posted.postedAt);
+          for (const Outgoing& out : posted.entries) {
+            warnOnce(
+                work,
+                "gone/" + out.what,
+                where(out) + "rank 0 did not take it within " +
+                    std::to_string(waited.count()) +
+                    " ms (rank 0 is gone or stalled)" + fallback);
+            logLocally(out);
+          }
+          channel.givenUp.push_back(posted.key);
           return true;
         }
+        if (value == posted.bytes) {
+          return true; // settled and deleted by the root
+        }
       }
-      if (value == kAbsentKey || value == kTakenMark) {
-        return true; // merged by the root
+      if (value == kAbsentKey) {
+        return true; // every entry merged
       }
-      if (value == watch.bytes) {
-        return false; // not taken yet
+      if (value == kClaimedMark) {
+        // Claimed and not settled yet: the root's to settle. At exit this
+        // rank stops waiting for it at the deadline.
+        return exitStarted.has_value() && now >= giveUp;
       }
-      std::string reason;
-      if (value == kGivenUpMark) {
-        const auto waited =
-            std::chrono::duration_cast<std::chrono::milliseconds>(
-                now - watch.postedAt);
-        warnOnce(
-            work,
-            "gone/" + posted.what,
-            where + "rank 0 did not take it within " +
-                std::to_string(waited.count()) +
-                " ms (rank 0 is gone or stalled)" + fallback);
-      } else if (value == kLateMark) {
-        warnOnce(
-            work,
-            "late/" + posted.what,
-            where +
-                "it reached the Store after rank 0 had merged the window "
-                "without it (this rank was later than the deadline)" +
-                fallback);
-      } else if (value == kRefusedMark) {
-        warnOnce(
-            work,
-            "refused/" + posted.what,
-            where +
-                "rank 0 refused it because the Stat is not the same on "
-                "every rank (rank 0's warning says how)" +
-                fallback);
-      } else {
+      if (value == posted.bytes) {
+        return false; // not claimed yet
+      }
+      const auto verdicts = decodeVerdicts(value);
+      if (!verdicts) {
         return true; // foreign data under our key: left alone
       }
-      deleteKey(store, watch.key);
+      for (const EntryVerdict& verdict : *verdicts) {
+        if (verdict.entry >= posted.entries.size()) {
+          continue;
+        }
+        const Outgoing& out = posted.entries[verdict.entry];
+        std::string reason;
+        switch (verdict.reason) {
+          case Verdict::kLate:
+            reason =
+                "it reached the Store after rank 0 had merged the window "
+                "without it (this rank was later than the deadline)";
+            break;
+          case Verdict::kRefused:
+            reason =
+                "rank 0 refused it because the Stat is not the same on "
+                "every rank (rank 0's warning says how)";
+            break;
+          case Verdict::kOrphan:
+            reason =
+                "rank 0 has no such window to merge it into (it never closed "
+                "that window of an object of this name)";
+            break;
+        }
+        warnOnce(
+            work,
+            std::string(1, char(verdict.reason)) + "/" + out.what,
+            where(out) + reason + fallback);
+        logLocally(out);
+      }
+      deleteKey(store, posted.key);
     } catch (const std::exception& e) {
-      warnOnce(
-          work,
-          "store/" + posted.what,
-          where +
-              "the rank group's Store failed while this rank waited for rank "
-              "0 to take the window (" +
-              errorMessage(e) +
-              ")" + fallback +
-              " (a window rank 0 took just before may then appear twice)");
+      for (const Outgoing& out : posted.entries) {
+        warnOnce(
+            work,
+            "store/" + out.what,
+            where(out) +
+                "the rank group's Store failed while this rank waited for "
+                "rank 0 to take the window (" +
+                errorMessage(e) + ")" + fallback +
+                " (a window rank 0 took just before may then appear twice)");
+        logLocally(out);
+      }
     }
-    logLocally(posted);
     return true;
   }
 
@@ -636,19 +1020,19 @@ bool postRankPayload(
         errorMessage(e));
     return false;
   }
-  const std::string stream = streamPrefix(name);
   for (int64_t i = firstMarker; i <= index; ++i) {
     s.queue.push_back(Outgoing{
         group,
         what,
-        windowPrefix(stream, i),
-        stream,
+        name,
+        i,
         shape,
         i == index ? std::move(payload) : emptyMarker,
         build});
   }
   synced.lastIndex = index;
   synced.posted = true;
+  s.lastQueued = SteadyClock::now();
   s.wake.notify_all();
   return true;
 }

@@ -1,54 +1,119 @@
 #include <torch_monitor/rank_sync/store_io.h>
 
-#include <cstring>
-
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <torch_monitor/detail/bytes.h>
 
 namespace torch_monitor::detail {
 
-std::string streamPrefix(const std::string& owner) {
-  return "torch_monitor/" + owner + "/";
+namespace {
+
+constexpr uint8_t kBundleTag = 'B';
+constexpr uint8_t kVerdictTag = 'V';
+
+void putText(StoreBytes& out, const std::string& text) {
+  putBytes(out, uint32_t(text.size()));
+  out.insert(out.end(), text.begin(), text.end());
 }
 
-std::string windowPrefix(const std::string& stream, int64_t window) {
-  return stream + std::to_string(window) + "/";
-}
-
-std::string keyOf(const std::string& prefix, int64_t rank) {
-  return prefix + std::to_string(rank);
-}
-
-std::string windowOf(const std::string& prefix) {
-  const size_t end = prefix.size() - 1;
-  const size_t begin = prefix.rfind('/', end - 1) + 1;
-  return prefix.substr(begin, end - begin);
-}
-
-StoreBytes wrapPost(const std::string& shape, const StoreBytes& payload) {
-  const uint32_t length = uint32_t(shape.size());
-  StoreBytes bytes(sizeof length + shape.size() + payload.size());
-  std::memcpy(bytes.data(), &length, sizeof length);
-  std::memcpy(bytes.data() + sizeof length, shape.data(), shape.size());
-  std::memcpy(
-      bytes.data() + sizeof length + shape.size(),
-      payload.data(),
-      payload.size());
-  return bytes;
-}
-
-std::optional<Post> unwrapPost(const StoreBytes& bytes) {
+template <typename Container>
+bool takeRun(const StoreBytes& in, size_t& at, Container& out) {
   uint32_t length = 0;
-  if (bytes.size() < sizeof length + 1) {
+  if (!takeBytes(in, at, length) || in.size() - at < length) {
+    return false;
+  }
+  out.assign(in.begin() + at, in.begin() + at + length);
+  at += length;
+  return true;
+}
+
+// Appends to `present` whether each of keys[begin, end) exists.
+void findPresent(
+    c10d::Store& store,
+    const std::vector<std::string>& keys,
+    size_t begin,
+    size_t end,
+    std::vector<bool>& present) {
+  const std::vector<std::string> slice(keys.begin() + begin, keys.begin() + end);
+  if (store.check(slice)) {
+    for (size_t i = begin; i < end; ++i) {
+      present[i] = true;
+    }
+    return;
+  }
+  if (end - begin == 1) {
+    return;
+  }
+  const size_t middle = begin + (end - begin) / 2;
+  findPresent(store, keys, begin, middle, present);
+  findPresent(store, keys, middle, end, present);
+}
+
+} // namespace
+
+std::string postKey(int64_t rank, int64_t seq) {
+  return "torch_monitor/posts/" + std::to_string(rank) + "/" +
+      std::to_string(seq);
+}
+
+StoreBytes encodeBundle(const std::vector<BundleEntry>& entries) {
+  StoreBytes out{kBundleTag};
+  putBytes(out, uint32_t(entries.size()));
+  for (const BundleEntry& entry : entries) {
+    putText(out, entry.stream);
+    putBytes(out, entry.window);
+    putText(out, entry.shape);
+    putBytes(out, uint32_t(entry.payload.size()));
+    out.insert(out.end(), entry.payload.begin(), entry.payload.end());
+  }
+  return out;
+}
+
+std::optional<std::vector<BundleEntry>> decodeBundle(const StoreBytes& bytes) {
+  size_t at = 1;
+  uint32_t count = 0;
+  if (bytes.empty() || bytes[0] != kBundleTag || !takeBytes(bytes, at, count)) {
     return std::nullopt;
   }
-  std::memcpy(&length, bytes.data(), sizeof length);
-  if (bytes.size() - sizeof length < length) {
+  std::vector<BundleEntry> entries(count);
+  for (BundleEntry& entry : entries) {
+    if (!takeRun(bytes, at, entry.stream) ||
+        !takeBytes(bytes, at, entry.window) ||
+        !takeRun(bytes, at, entry.shape) ||
+        !takeRun(bytes, at, entry.payload)) {
+      return std::nullopt;
+    }
+  }
+  return at == bytes.size() ? std::make_optional(std::move(entries))
+                            : std::nullopt;
+}
+
+StoreBytes encodeVerdicts(const std::vector<EntryVerdict>& verdicts) {
+  StoreBytes out{kVerdictTag};
+  for (const EntryVerdict& v : verdicts) {
+    putBytes(out, v.entry);
+    putBytes(out, static_cast<uint8_t>(v.reason));
+  }
+  return out;
+}
+
+std::optional<std::vector<EntryVerdict>> decodeVerdicts(
+    const StoreBytes& bytes) {
+  if (bytes.size() < 2 || bytes[0] != kVerdictTag) {
     return std::nullopt;
   }
-  const auto* begin = bytes.data() + sizeof length;
-  return Post{
-      std::string(reinterpret_cast<const char*>(begin), length),
-      StoreBytes(begin + length, bytes.data() + bytes.size())};
+  std::vector<EntryVerdict> verdicts;
+  size_t at = 1;
+  while (at < bytes.size()) {
+    EntryVerdict v;
+    uint8_t reason = 0;
+    if (!takeBytes(bytes, at, v.entry) || !takeBytes(bytes, at, reason)) {
+      return std::nullopt;
+    }
+    v.reason = static_cast<Verdict>(reason);
+    verdicts.push_back(v);
+  }
+  return verdicts;
 }
 
 void writeKey(
@@ -58,8 +123,20 @@ void writeKey(
   store.set(key, bytes);
 }
 
-bool keysExist(c10d::Store& store, const std::vector<std::string>& keys) {
-  return store.check(keys);
+std::vector<bool> keysPresent(
+    c10d::Store& store,
+    const std::vector<std::string>& keys) {
+  std::vector<bool> present(keys.size(), false);
+  if (!keys.empty()) {
+    findPresent(store, keys, 0, keys.size(), present);
+  }
+  return present;
+}
+
+std::vector<StoreBytes> readKeys(
+    c10d::Store& store,
+    const std::vector<std::string>& keys) {
+  return keys.empty() ? std::vector<StoreBytes>{} : store.multiGet(keys);
 }
 
 StoreBytes peekKey(c10d::Store& store, const std::string& key) {

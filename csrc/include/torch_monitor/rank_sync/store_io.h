@@ -2,17 +2,21 @@
 
 // The rank sync's keys on a group's c10d Store: how they are named, what
 // they hold, and the Store calls that read, write and delete them. Who
-// writes what, and when, is the protocol's (rank_sync/protocol.h); what a
-// payload means is its owner's (rank_sync/stat_share.h, watch/payload.h).
+// writes what, and when, is the protocol's (rank_sync/protocol.h); what an
+// entry's payload means is its owner's (rank_sync/stat_share.h,
+// watch/payload.h).
 //
-// A window's key is "torch_monitor/<owner>/<window>/<rank>". It holds
-// either a post (the poster's shape text, then its payload; at least five
-// bytes) or one of the one-byte marks below, which say how the post was
-// decided. So a mark is never misread as a post, nor a post as a mark.
+// A rank other than the root posts everything it closed in one pass of its
+// sync thread as one bundle, under "torch_monitor/posts/<rank>/<seq>" (seq
+// counts its bundles from 1). The key then holds the bundle (first byte
+// 'B'), the root's claim on it (kClaimedMark), its poster's take-back
+// (kGivenUpMark), or the root's verdict on the entries it did not merge
+// (first byte 'V'); one-byte marks are never a bundle or a verdict.
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch_monitor/export.h>
@@ -25,61 +29,73 @@ namespace torch_monitor::detail {
 
 using StoreBytes = std::vector<uint8_t>;
 
-// What a post's key holds once it is decided: the root took it into a
-// merge; the root refused it (the ranks' objects differ); it came after the
-// root gave up waiting for it; its rank took it back (the root did not take
-// it in time) and logs it itself.
-inline const StoreBytes kTakenMark{'T'};
-inline const StoreBytes kRefusedMark{'R'};
-inline const StoreBytes kLateMark{'L'};
+// The root claimed the bundle and decides its entries; its rank took it
+// back (the root did not claim it in time) and logs them itself.
+inline const StoreBytes kClaimedMark{'C'};
 inline const StoreBytes kGivenUpMark{'G'};
 // Never a key's value: what peekKey() answers for a key that does not exist.
 inline const StoreBytes kAbsentKey{'?'};
 
-// "torch_monitor/<owner>/": the prefix of an owner's windows, which rank 0
-// merges in order.
-TORCH_MONITOR_API std::string streamPrefix(const std::string& owner);
-// "<stream>/<window>/": the prefix of a window's keys.
-TORCH_MONITOR_API std::string windowPrefix(
-    const std::string& stream,
-    int64_t window);
-// A rank's key of a window.
-TORCH_MONITOR_API std::string keyOf(const std::string& prefix, int64_t rank);
-// The window index in a window prefix, for messages.
-TORCH_MONITOR_API std::string windowOf(const std::string& prefix);
+// Why the root did not merge an entry it claimed (a verdict's reasons): it
+// came after the root merged its window without it; its object's shape
+// differs from the root's; the root never had that window to merge it into.
+enum class Verdict : uint8_t { kLate = 'L', kRefused = 'R', kOrphan = 'O' };
 
-// A post: the poster's shape (the text that must match rank 0's), then its
-// payload.
+// One closed window of one owner, as a bundle carries it.
 // Thread safety: a plain value type.
-struct Post {
-  std::string shape;
+struct BundleEntry {
+  std::string stream; // the owner's name, unique in its group
+  int64_t window = 0;
+  std::string shape; // what must match the root's (WindowShape::describe())
   StoreBytes payload;
 };
-TORCH_MONITOR_API StoreBytes wrapPost(
-    const std::string& shape,
-    const StoreBytes& payload);
-// Nothing for a mark, or bytes that are not a post.
-TORCH_MONITOR_API std::optional<Post> unwrapPost(const StoreBytes& bytes);
 
-// The Store calls, one each (c10d's errors propagate: the caller decides
-// what a failed Store means). Thread safety: as the Store's own calls.
+// One entry the root did not merge: its index in the bundle, and why.
+// Thread safety: a plain value type.
+struct EntryVerdict {
+  uint32_t entry = 0;
+  Verdict reason = Verdict::kLate;
+};
 
-// Writes `bytes` under `key`.
+// "torch_monitor/posts/<rank>/<seq>".
+TORCH_MONITOR_API std::string postKey(int64_t rank, int64_t seq);
+
+TORCH_MONITOR_API StoreBytes encodeBundle(
+    const std::vector<BundleEntry>& entries);
+// Nothing for bytes that are not a bundle (a mark, a verdict, foreign data).
+TORCH_MONITOR_API std::optional<std::vector<BundleEntry>> decodeBundle(
+    const StoreBytes& bytes);
+// A verdict lists at least one entry.
+TORCH_MONITOR_API StoreBytes encodeVerdicts(
+    const std::vector<EntryVerdict>& verdicts);
+TORCH_MONITOR_API std::optional<std::vector<EntryVerdict>> decodeVerdicts(
+    const StoreBytes& bytes);
+
+// The Store calls (c10d's errors propagate: the caller decides what a
+// failed Store means). Thread safety: as the Store's own calls.
+
 TORCH_MONITOR_API void writeKey(
     c10d::Store& store,
     const std::string& key,
     const StoreBytes& bytes);
-// Whether every one of `keys` exists: one round trip for a whole window.
-TORCH_MONITOR_API bool keysExist(
+// Which of `keys` exist, found with one check for all of them when all do
+// (one round trip), and by halving the list otherwise (about two checks per
+// missing key and halving).
+TORCH_MONITOR_API std::vector<bool> keysPresent(
+    c10d::Store& store,
+    const std::vector<std::string>& keys);
+// The values of `keys`, which must exist: one round trip (multiGet, which
+// waits for a key that is not there).
+TORCH_MONITOR_API std::vector<StoreBytes> readKeys(
     c10d::Store& store,
     const std::vector<std::string>& keys);
 // The value of `key`, kAbsentKey when there is none. Never waits (unlike
-// Store::get and multiGet, which wait for a key that is not there).
+// Store::get and multiGet).
 TORCH_MONITOR_API StoreBytes peekKey(c10d::Store& store, const std::string& key);
 // Sets `key` to `desired` if it holds `expected`, atomically (compareSet).
 // Returns `desired` when it swapped, the value it found when that was
 // another, and `expected` when the key does not exist (c10d's rule: so a
-// key the root took and deleted answers as if still untouched).
+// key the root decided and deleted answers as if still untouched).
 TORCH_MONITOR_API StoreBytes swapKey(
     c10d::Store& store,
     const std::string& key,
