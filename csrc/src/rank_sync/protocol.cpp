@@ -117,8 +117,8 @@ ChannelId idOf(const RankGroup& group) {
 // the key, or wrote a verdict on the entries it did not merge) or the rank
 // took it back.
 struct Posted {
+  int64_t seq = 0;
   std::string key;
-  Bytes bytes;
   std::vector<Outgoing> entries;
   SteadyClock::time_point postedAt;
 };
@@ -173,15 +173,14 @@ struct OwnRange {
 struct Channel {
   std::shared_ptr<const RankGroup> group; // the newest that named it
   // Any rank: its next bundle's number, and its undecided bundles, oldest
-  // first; the keys it took back, deleted when the thread stops (the root
-  // deletes those it reads: a key it has not read yet must stay, or the
-  // root would wait for it forever).
+  // first.
   int64_t nextSeq = 1;
   std::deque<Posted> posted;
-  std::vector<std::string> givenUp;
-  // The root: each rank's next bundle to read; the windows being merged, in
-  // stream then window order; each stream's own windows.
+  // The root: each rank's next bundle to read, and the group's claims as
+  // the root last wrote or found them (empty: not written yet); the windows
+  // being merged, in stream then window order; each stream's own windows.
   std::vector<int64_t> next;
+  Bytes claims;
   std::map<std::pair<std::string, int64_t>, Merge> merges;
   std::unordered_map<std::string, OwnRange> own;
   // Ranks that missed a merged window: their next bundles are read every
@@ -419,10 +418,9 @@ struct RankSync {
     for (const Outgoing& out : entries) {
       bundle.push_back(BundleEntry{out.stream, out.window, out.shape, out.payload});
     }
-    Posted posted{
-        postKey(group.rank, channel.nextSeq), encodeBundle(bundle), {}, {}};
+    Posted posted{channel.nextSeq, postKey(group.rank, channel.nextSeq), {}, {}};
     try {
-      writeKey(*group.store, posted.key, posted.bytes);
+      writeKey(*group.store, posted.key, encodeBundle(bundle));
     } catch (const std::exception& e) {
       warnOnce(
           work,
@@ -625,6 +623,16 @@ struct RankSync {
         return;
       }
       if (!keysExist(store, keys)) {
+        if (round == 0 && std::any_of(thorough.begin(), thorough.end(), [](bool t) { return t; })) {
+          // A rank may have taken bundles back while the root was stalled:
+          // read past them.
+          const Bytes found = peekKey(store, claimsKey());
+          channel.claims = found == kAbsentKey ? Bytes{} : found;
+          skipGivenUp(channel);
+          for (size_t i = 0; i < ranks.size(); ++i) {
+            keys[i] = postKey(ranks[i], channel.next[size_t(ranks[i])]);
+          }
+        }
         std::vector<int64_t> searched;
         std::vector<std::string> searchedKeys;
         for (size_t i = 0; i < ranks.size(); ++i) {
@@ -643,24 +651,65 @@ struct RankSync {
           }
         }
       }
-      const std::vector<Bytes> values = readKeys(store, keys);
       wanted.assign(wanted.size(), false);
+      const std::vector<int64_t> claimed = claimFound(channel, ranks);
+      keys.clear();
+      for (const int64_t r : claimed) {
+        keys.push_back(postKey(r, channel.next[size_t(r)]++));
+        wanted[size_t(r)] = true;
+      }
+      const std::vector<Bytes> bundles = readKeys(store, keys);
       for (size_t i = 0; i < keys.size(); ++i) {
-        const auto r = size_t(ranks[i]);
-        ++channel.next[r];
-        claim(channel, ranks[i], keys[i], values[i], work, now);
-        wanted[r] = true;
+        file(channel, claimed[i], keys[i], bundles[i], work, now);
       }
     }
   }
 
-  static bool keysExist(c10d::Store& store, const std::vector<std::string>& keys) {
-    return store.check(keys);
+  // Claims the next bundle of each of `ranks`, all in one compareSet of the
+  // group's claims unless a rank took its bundle back meanwhile (then that
+  // rank is left out, and the call repeated). Returns the ranks claimed.
+  static std::vector<int64_t> claimFound(
+      Channel& channel,
+      const std::vector<int64_t>& ranks) {
+    c10d::Store& store = *channel.group->store;
+    const int64_t world = channel.group->worldSize;
+    while (!ranks.empty()) {
+      Claims claims = decodeClaims(channel.claims, world);
+      std::vector<int64_t> claimed;
+      for (const int64_t r : ranks) {
+        if (claims.givenUp[size_t(r)] < channel.next[size_t(r)]) {
+          claims.claimed[size_t(r)] = channel.next[size_t(r)];
+          claimed.push_back(r);
+        }
+      }
+      if (claimed.empty()) {
+        return claimed;
+      }
+      const Bytes desired = encodeClaims(claims);
+      const Bytes found = swapKey(store, claimsKey(), channel.claims, desired);
+      if (found == desired) {
+        channel.claims = desired;
+        return claimed;
+      }
+      // Another value (a rank took a bundle back) or, for a key gone,
+      // what was expected: either way start from what is there.
+      channel.claims = found == channel.claims ? Bytes{} : found;
+      skipGivenUp(channel);
+    }
+    return {};
   }
 
-  // Takes a bundle from its rank (compareSet, so that a rank taking it back
-  // at the same time never has it merged as well) and files its entries.
-  static void claim(
+  // Reads past the bundles their ranks took back (and deleted).
+  static void skipGivenUp(Channel& channel) {
+    const Claims claims = decodeClaims(channel.claims, channel.group->worldSize);
+    for (size_t r = 1; r < channel.next.size(); ++r) {
+      channel.next[r] = std::max(channel.next[r], claims.givenUp[r] + 1);
+    }
+  }
+
+  // Files the entries of a bundle the root claimed: each joins its window,
+  // or gets its verdict.
+  static void file(
       Channel& channel,
       int64_t rank,
       const std::string& key,
@@ -670,13 +719,7 @@ struct RankSync {
     c10d::Store& store = *channel.group->store;
     auto entries = decodeBundle(value);
     if (!entries) {
-      if (value == kGivenUpMark) {
-        deleteKey(store, key); // its rank took it back: we read past it
-      }
-      return;
-    }
-    if (swapKey(store, key, value, kClaimedMark) != kClaimedMark) {
-      return; // taken back meanwhile
+      return; // not a bundle: nothing to settle
     }
     auto bundle = std::make_shared<Claimed>();
     bundle->key = key;
@@ -772,21 +815,13 @@ struct RankSync {
   }
 
   // The thread stops: entries still waiting for a window the root never
-  // closed get their verdict, and this rank's taken-back keys are deleted.
+  // closed get their verdict.
   static void finishAtStop(Work& work) {
     for (auto& [id, channel] : work.channels) {
       for (auto& [where, merge] : channel.merges) {
         refuseAll(merge, Verdict::kOrphan, work);
       }
       channel.merges.clear();
-      for (const std::string& key : channel.givenUp) {
-        try {
-          deleteKey(*channel.group->store, key);
-        } catch (const std::exception&) {
-          break; // the Store is gone, and the keys with it
-        }
-      }
-      channel.givenUp.clear();
     }
   }
 
@@ -812,6 +847,31 @@ struct RankSync {
     }
   }
 
+  // Takes `posted` back unless the root claimed it: one compareSet of the
+  // group's claims, repeated while the root changes them. True when taken.
+  static bool takeBack(Channel& channel, const Posted& posted) {
+    const RankGroup& group = *channel.group;
+    c10d::Store& store = *group.store;
+    const auto r = size_t(group.rank);
+    Bytes current = peekKey(store, claimsKey());
+    while (true) {
+      const Bytes expected = current == kAbsentKey ? Bytes{} : current;
+      Claims claims = decodeClaims(expected, group.worldSize);
+      if (claims.claimed[r] >= posted.seq) {
+        return false;
+      }
+      claims.givenUp[r] = std::max(claims.givenUp[r], posted.seq);
+      const Bytes desired = encodeClaims(claims);
+      current = swapKey(store, claimsKey(), expected, desired);
+      if (current == desired) {
+        return true;
+      }
+      if (current == expected) {
+        current = kAbsentKey; // deleted meanwhile: expected answers
+      }
+    }
+  }
+
   // True when the bundle is settled: the root merged every entry (deleted
   // the key), wrote a verdict on some (logged here), or this rank took it
   // back (logged here).
@@ -833,45 +893,39 @@ struct RankSync {
     const std::string fallback =
         "; this rank logs such windows itself, as windows of one rank";
     try {
-      Bytes value = peekKey(store, posted.key);
+      const Bytes value = peekKey(store, posted.key);
       auto giveUp = posted.postedAt + kLeftoverDeadlines * group.deadline;
       if (exitStarted) {
         giveUp = std::min(giveUp, *exitStarted + group.deadline);
       }
-      if (value == posted.bytes && (takeAllBack || now >= giveUp)) {
-        // Ours again unless the root claimed it in the meantime (a key the
-        // root settled and deleted answers the expected value).
-        value = swapKey(store, posted.key, posted.bytes, kGivenUpMark);
-        if (value == kGivenUpMark) {
-          const auto waited =
-              std::chrono::duration_cast<std::chrono::milliseconds>(
-                  now - posted.postedAt);
-          for (const Outgoing& out : posted.entries) {
-            warnOnce(
-                work,
-                "gone/" + out.what,
-                where(out) + "rank 0 did not take it within " +
-                    std::to_string(waited.count()) +
-                    " ms (rank 0 is gone or stalled)" + fallback);
-            logLocally(out);
-          }
-          channel.givenUp.push_back(posted.key);
-          return true;
-        }
-        if (value == posted.bytes) {
-          return true; // settled and deleted by the root
-        }
-      }
       if (value == kAbsentKey) {
         return true; // every entry merged
       }
-      if (value == kClaimedMark) {
-        // Claimed and not settled yet: the root's to settle. At exit this
-        // rank stops waiting for it at the deadline.
-        return exitStarted.has_value() && now >= giveUp;
-      }
-      if (value == posted.bytes) {
-        return false; // not claimed yet
+      if (decodeBundle(value)) {
+        // Not settled yet: claimed and waiting for the root's windows, or
+        // not claimed.
+        if (!takeAllBack && now < giveUp) {
+          return false;
+        }
+        if (!takeBack(channel, posted)) {
+          // The root claimed it: it is the root's to settle. At exit this
+          // rank stops waiting for it at the deadline.
+          return exitStarted.has_value() && now >= giveUp;
+        }
+        const auto waited =
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+                now - posted.postedAt);
+        for (const Outgoing& out : posted.entries) {
+          warnOnce(
+              work,
+              "gone/" + out.what,
+              where(out) + "rank 0 did not take it within " +
+                  std::to_string(waited.count()) +
+                  " ms (rank 0 is gone or stalled)" + fallback);
+          logLocally(out);
+        }
+        deleteKey(store, posted.key);
+        return true;
       }
       const auto verdicts = decodeVerdicts(value);
       if (!verdicts) {

@@ -16,7 +16,9 @@ using Bytes = std::vector<uint8_t>;
 constexpr size_t kShareFields = 9;
 constexpr size_t kShareBytes = kShareFields * sizeof(uint64_t);
 
-Bytes encode(const RankShare& share) {
+} // namespace
+
+Bytes encodeShare(const RankShare& share) {
   const uint64_t fields[kShareFields] = {
       uint64_t(share.count),
       share.sum,
@@ -32,6 +34,8 @@ Bytes encode(const RankShare& share) {
   std::memcpy(bytes.data(), fields, kShareBytes);
   return bytes;
 }
+
+namespace {
 
 std::optional<RankShare> decode(const Bytes& bytes) {
   if (bytes.size() != kShareBytes) {
@@ -105,8 +109,8 @@ bool postRankWindow(
       name,
       "Stat '" + name + "'",
       index,
-      encode(share),
-      encode(share.emptyMarker()),
+      encodeShare(share),
+      encodeShare(share.emptyMarker()),
       share.shape.describe(),
       std::move(merge));
 }

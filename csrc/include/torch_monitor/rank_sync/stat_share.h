@@ -113,6 +113,10 @@ struct RankShare {
   }
 };
 
+// A share's bytes on the Store (72: nine 64-bit fields, the shape's
+// included), as postRankWindow posts them.
+TORCH_MONITOR_API std::vector<uint8_t> encodeShare(const RankShare& share);
+
 // The shares of one window merged: what one process fed every rank's
 // samples of the window holds.
 // Thread safety: a plain value type.

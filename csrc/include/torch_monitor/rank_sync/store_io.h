@@ -7,11 +7,14 @@
 // watch/payload.h).
 //
 // A rank other than the root posts everything it closed in one pass of its
-// sync thread as one bundle, under "torch_monitor/posts/<rank>/<seq>" (seq
-// counts its bundles from 1). The key then holds the bundle (first byte
-// 'B'), the root's claim on it (kClaimedMark), its poster's take-back
-// (kGivenUpMark), or the root's verdict on the entries it did not merge
-// (first byte 'V'); one-byte marks are never a bundle or a verdict.
+// sync thread as one bundle (first byte 'B') under
+// "torch_monitor/posts/<rank>/<seq>" (seq counts its bundles from 1). Which
+// bundles the root claimed, and which their ranks took back, is one key
+// for the whole group, "torch_monitor/claims" (two numbers per rank), changed
+// only by compareSet: the root claims every bundle it found in one call, and
+// a rank takes a bundle back only while the root has not claimed it. The
+// root deletes a bundle once it decided every entry, or replaces it by its
+// verdict on the entries it did not merge (first byte 'V').
 
 #include <cstdint>
 #include <optional>
@@ -29,10 +32,6 @@ namespace torch_monitor::detail {
 
 using StoreBytes = std::vector<uint8_t>;
 
-// The root claimed the bundle and decides its entries; its rank took it
-// back (the root did not claim it in time) and logs them itself.
-inline const StoreBytes kClaimedMark{'C'};
-inline const StoreBytes kGivenUpMark{'G'};
 // Never a key's value: what peekKey() answers for a key that does not exist.
 inline const StoreBytes kAbsentKey{'?'};
 
@@ -60,6 +59,21 @@ struct EntryVerdict {
 // "torch_monitor/posts/<rank>/<seq>".
 TORCH_MONITOR_API std::string postKey(int64_t rank, int64_t seq);
 
+// Per rank of a group: the newest bundle the root claimed, and the newest
+// its rank took back (0: none). A rank takes bundles back oldest first, so
+// the root reads past every bundle up to givenUp.
+// Thread safety: a plain value type.
+struct Claims {
+  std::vector<int64_t> claimed;
+  std::vector<int64_t> givenUp;
+};
+// "torch_monitor/claims".
+TORCH_MONITOR_API const std::string& claimsKey();
+TORCH_MONITOR_API StoreBytes encodeClaims(const Claims& claims);
+// The claims of a group of `worldSize` ranks in `bytes`; none claimed for
+// bytes of another size (the key is new, kAbsentKey, or not ours).
+TORCH_MONITOR_API Claims decodeClaims(const StoreBytes& bytes, int64_t worldSize);
+
 TORCH_MONITOR_API StoreBytes encodeBundle(
     const std::vector<BundleEntry>& entries);
 // Nothing for bytes that are not a bundle (a mark, a verdict, foreign data).
@@ -78,14 +92,18 @@ TORCH_MONITOR_API void writeKey(
     c10d::Store& store,
     const std::string& key,
     const StoreBytes& bytes);
+// Whether every one of `keys` exists: one round trip.
+TORCH_MONITOR_API bool keysExist(
+    c10d::Store& store,
+    const std::vector<std::string>& keys);
 // Which of `keys` exist, found with one check for all of them when all do
 // (one round trip), and by halving the list otherwise (about two checks per
 // missing key and halving).
 TORCH_MONITOR_API std::vector<bool> keysPresent(
     c10d::Store& store,
     const std::vector<std::string>& keys);
-// The values of `keys`, which must exist: one round trip (multiGet, which
-// waits for a key that is not there).
+// The values of `keys`, which must exist: a multiGet (which waits for a key
+// that is not there) per 32 keys.
 TORCH_MONITOR_API std::vector<StoreBytes> readKeys(
     c10d::Store& store,
     const std::vector<std::string>& keys);
