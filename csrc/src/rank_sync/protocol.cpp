@@ -67,6 +67,9 @@ constexpr auto kGatherLimit = std::chrono::milliseconds(10);
 constexpr size_t kMaxQueuedWindows = size_t(1) << 16;
 // Empty markers posted at most for the windows a rank skipped.
 constexpr int64_t kMaxEmptyMarkers = 64;
+// Bundles the root reads at most from one rank in one pass (a rank that
+// posted more is read on at the next pass).
+constexpr int kMaxReadRounds = 64;
 
 using Bytes = StoreBytes;
 
@@ -171,7 +174,11 @@ struct OwnRange {
 
 // The thread's state for one channel.
 struct Channel {
-  std::shared_ptr<const RankGroup> group; // the newest that named it
+  // The newest group that named it, while the channel has work (an idle
+  // channel lets its Store go); the Store, to tell a new Store at the
+  // address of a freed one, which starts a channel afresh.
+  std::shared_ptr<const RankGroup> group;
+  std::optional<c10::weak_intrusive_ptr<c10d::Store>> store;
   // Any rank: its next bundle's number, and its undecided bundles, oldest
   // first.
   int64_t nextSeq = 1;
@@ -323,7 +330,7 @@ struct RankSync {
       const auto now = SteadyClock::now();
       const bool sweep = now >= work.nextSweep;
       for (auto& [id, channel] : work.channels) {
-        if (channel.group->rank == 0) {
+        if (channel.group && channel.group->rank == 0) {
           readAndMerge(channel, work, now, sweep);
         }
       }
@@ -336,6 +343,12 @@ struct RankSync {
         }
         work.nextWatch =
             now + (exitStartedAt ? kExitWatchInterval : kWatchInterval);
+      }
+      for (auto& [id, channel] : work.channels) {
+        if (channel.posted.empty() && channel.merges.empty() &&
+            channel.lateRanks.empty()) {
+          channel.group.reset();
+        }
       }
       lock.lock();
       busy = work.pending();
@@ -385,6 +398,12 @@ struct RankSync {
 
   static Channel& channelFor(Work& work, const std::shared_ptr<const RankGroup>& group) {
     Channel& channel = work.channels[idOf(*group)];
+    if (channel.store && channel.store->expired()) {
+      channel = Channel{};
+    }
+    if (!channel.store) {
+      channel.store.emplace(group->store);
+    }
     channel.group = group;
     if (group->rank == 0 && channel.next.empty()) {
       channel.next.assign(size_t(group->worldSize), 1);
@@ -610,7 +629,7 @@ struct RankSync {
       Work& work,
       SteadyClock::time_point now) {
     c10d::Store& store = *channel.group->store;
-    for (int round = 0; round < kMaxEmptyMarkers; ++round) {
+    for (int round = 0; round < kMaxReadRounds; ++round) {
       std::vector<int64_t> ranks;
       std::vector<std::string> keys;
       for (size_t r = 1; r < wanted.size(); ++r) {
