@@ -1,10 +1,11 @@
 #pragma once
 
-// The rank sync thread and its protocol: who posts which window to the
-// group's c10d Store and when, how rank 0 takes, refuses or marks late
-// each rank's post, the deadlines, and who logs a window no merge took
-// (docs/distributed.md, "How it merges" to "When a window cannot be
-// merged"). The keys and the Store calls are rank_sync/store_io.h's; what a
+// The rank sync thread and its protocol: how a rank gathers the windows
+// it closed into one bundle per pass and posts it to the group's c10d
+// Store, how rank 0 claims the bundles, merges each window or refuses,
+// marks late or hands back an entry, the deadlines, and who logs a window
+// no merge took (docs/distributed.md, "How it merges" to "Scale"). The
+// keys, bundles, claims and Store calls are rank_sync/store_io.h's; what a
 // payload holds and how payloads merge is its owner's (a Stat:
 // rank_sync/stat_share.h; a watch: watch/payload.h).
 
