@@ -137,6 +137,10 @@ def main():
         tm.set_step(step)
         if scenario in ("stall", "long_stall") and rank == world - 1 and step == WINDOW_STEPS:
             time.sleep(float(os.environ["STALL"]))
+        if scenario == "root_stall" and rank == 0 and step == WINDOW_STEPS:
+            time.sleep(float(os.environ["STALL"]))  # rank 1 takes window 0 back
+        if scenario == "root_stall" and rank == 1 and step == 2 * WINDOW_STEPS:
+            time.sleep(float(os.environ["STALL"]) - 0.5)  # windows 1 and 2 after
         if scenario == "exit" and rank == 2 and step == WINDOW_STEPS:
             os._exit(0)  # dies without closing anything
         if scenario == "root_exit" and rank == 0 and step == WINDOW_STEPS:

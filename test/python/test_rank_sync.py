@@ -240,6 +240,21 @@ def test_windows_of_a_rank_stalled_past_the_sweep_are_logged_on_that_rank(tmp_pa
         got = {k.split(".")[1]: v for k, v in event["data"].items() if k.startswith("loss.") and k != "loss.ranks"}
         assert got == reference([1], w, "long_stall"), (w, got)
     assert results[1]["leaked"] == [], results[1]["leaked"]
+def test_a_root_stalled_past_the_give_up_reads_past_the_windows_taken_back(tmp_path):
+    # Rank 0 stalls 3 s before closing window 0; rank 1 posts window 0,
+    # takes it back after 20 deadlines of 0.1 s and logs it itself, then
+    # (after a stall of its own) posts windows 1 and 2. Rank 0, back, must
+    # read past the bundle taken back (gone from the Store) and merge
+    # windows 1 and 2 with rank 1's shares.
+    results, _ = run_ranks(tmp_path, 2, "root_stall", env={"DEADLINE": "0.1", "STALL": "3"})
+    events = merged_events(results[0])
+    assert [e["data"]["loss.ranks"] for e in events] == [1, 2, 2], events
+    check_windows(events, [range(1), range(2), range(2)], "root_stall")
+    own = local_windows(results[1], "root_stall", 1)
+    assert len(own) == 1, own
+    assert any("rank 0 did not take it" in w for w in results[1]["warnings"]), results[1]["warnings"]
+
+
 def test_merged_windows_reach_the_handlers_in_step_order(tmp_path):
     # Rank 1 adds nothing before window 1, so its first post comes without
     # an empty marker for window 0: window 1 is complete at once while

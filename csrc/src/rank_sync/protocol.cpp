@@ -684,35 +684,41 @@ struct RankSync {
     }
   }
 
-  // Claims the next bundle of each of `ranks`, all in one compareSet of the
-  // group's claims unless a rank took its bundle back meanwhile (then that
-  // rank is left out, and the call repeated). Returns the ranks claimed.
+  // Claims the next bundle of each of `ranks` (found in the Store), all in
+  // one compareSet of the group's claims unless a rank took its bundle back
+  // meanwhile (then that rank is left out, and the call repeated: its next
+  // bundle is not known to be there). Returns the ranks claimed.
   static std::vector<int64_t> claimFound(
       Channel& channel,
       const std::vector<int64_t>& ranks) {
     c10d::Store& store = *channel.group->store;
     const int64_t world = channel.group->worldSize;
+    std::vector<int64_t> found;
+    for (const int64_t r : ranks) {
+      found.push_back(channel.next[size_t(r)]);
+    }
     while (!ranks.empty()) {
       Claims claims = decodeClaims(channel.claims, world);
       std::vector<int64_t> claimed;
-      for (const int64_t r : ranks) {
-        if (claims.givenUp[size_t(r)] < channel.next[size_t(r)]) {
-          claims.claimed[size_t(r)] = channel.next[size_t(r)];
-          claimed.push_back(r);
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        const auto r = size_t(ranks[i]);
+        if (claims.givenUp[r] < found[i] && channel.next[r] == found[i]) {
+          claims.claimed[r] = found[i];
+          claimed.push_back(ranks[i]);
         }
       }
       if (claimed.empty()) {
         return claimed;
       }
       const Bytes desired = encodeClaims(claims);
-      const Bytes found = swapKey(store, claimsKey(), channel.claims, desired);
-      if (found == desired) {
+      const Bytes current = swapKey(store, claimsKey(), channel.claims, desired);
+      if (current == desired) {
         channel.claims = desired;
         return claimed;
       }
       // Another value (a rank took a bundle back) or, for a key gone,
       // what was expected: either way start from what is there.
-      channel.claims = found == channel.claims ? Bytes{} : found;
+      channel.claims = current == channel.claims ? Bytes{} : current;
       skipGivenUp(channel);
     }
     return {};
