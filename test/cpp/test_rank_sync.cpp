@@ -269,6 +269,29 @@ TEST(RankSync, StoreCallsPerRankDoNotGrowWithTheNumberOfStats) {
   }
 }
 
+// The rank sync keeps a channel per group's Store for the process, but
+// holds the Store only while the channel has work: a process group
+// destroyed must not keep its Store (and its connections) alive.
+TEST(RankSync, AnIdleChannelLetsItsStoreGo) {
+  auto store = c10::make_intrusive<CountingStore>(
+      c10::make_intrusive<c10d::HashStore>());
+  {
+    auto group = std::make_shared<RankGroup>();
+    group->store = store;
+    group->rank = 1;
+    group->worldSize = 2;
+    group->deadline = std::chrono::milliseconds(10);
+    Stat<double> stat("idle", {Aggregation::SUM}, WindowSteps{1});
+    stat.syncRanks(group);
+    setStep(0);
+    stat.add(1.0);
+  } // the window is posted; no rank 0 takes it: stopRankSync settles it
+  stopRankSync();
+  clearStep();
+  EXPECT_GT(store->calls(), 0); // it was posted
+  EXPECT_EQ(store.use_count(), 1);
+}
+
 TEST(RankSync, DefaultGroupRejectsBadRanks) {
   auto group = std::make_shared<RankGroup>();
   expectValueError([&] { setDefaultRankGroup(group); }, {"Store"});
