@@ -15,6 +15,7 @@
 
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/nn.h>
+#include <torch_monitor/watch/statistics.h>
 #include <torch_monitor/watch/watch.h>
 
 #include "test_support.h"
@@ -71,9 +72,10 @@ struct Oracle {
     std::map<std::string, double> s{
         {"rms", std::sqrt(squares / finite)},
         {"mean", sum / finite},
-        {"min", min},
-        {"max", max},
-        {"abs_max", absMax},
+        // NaN where no element is finite, as the watch logs them.
+        {"min", finite > 0 ? min : std::nan("")},
+        {"max", finite > 0 ? max : std::nan("")},
+        {"abs_max", finite > 0 ? absMax : std::nan("")},
         {"norm", normSum / observations},
         {"norm_max", normMax},
         {"nonfinite", nonFinite},
@@ -92,7 +94,8 @@ double numberOf(const data_value_t& v) {
   return double(std::get<int64_t>(v));
 }
 
-// Every key's statistics in `event` equal the oracles' (relative `tol`).
+// Every key's statistics in `event` equal the oracles' (relative `tol`;
+// infinities and NaN exactly).
 void expectWindow(
     const Event& event,
     const std::map<std::string, Oracle>& oracles,
@@ -105,7 +108,12 @@ void expectWindow(
       ++expectedKeys;
       ASSERT_TRUE(event.data.count(name)) << name;
       const double got = numberOf(event.data.at(name));
-      EXPECT_NEAR(got, want, tol * std::max(1.0, std::fabs(want))) << name;
+      if (std::isfinite(want)) {
+        EXPECT_NEAR(got, want, tol * std::max(1.0, std::fabs(want))) << name;
+      } else { // inf, or NaN where no element defines the statistic
+        EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want)
+            << name << ": " << got << ", want " << want;
+      }
     }
   }
   EXPECT_EQ(event.data.size(), expectedKeys);
@@ -209,6 +217,63 @@ TEST(Watch, DevicePathGivesTheSameStatistics) {
   test_hooks::setCpuTensorsTakeDevicePath(true);
   trainAndCheck(/*steps=*/5, /*window=*/2, /*tol=*/1e-9);
   test_hooks::setCpuTensorsTakeDevicePath(false);
+}
+
+// The host scan (a short pass for tensors whose elements are all finite,
+// an exact rescan of a part that has one that is not) against the oracle:
+// sizes around its blocks of 64 and its chunks of 65,536, every floating
+// dtype, gradients and updates, non-finite elements at the start, inside
+// a block and in the tail, zeros, and squares past float64's range.
+TEST(Watch, TheHostScanEqualsTorchOpsAtEverySizeDtypeAndNonFiniteElement) {
+  torch::manual_seed(0);
+  const double kNaN = std::numeric_limits<double>::quiet_NaN();
+  enum Variant { kRandom, kZeros, kNaNFirst, kInfInBlock, kNaNLast, kHuge };
+  for (const auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+    for (const int64_t n : {1, 15, 16, 63, 64, 65, 1000, 65536 + 100, 3 * 65536 + 7}) {
+      for (const Variant variant : {kRandom, kZeros, kNaNFirst, kInfInBlock, kNaNLast, kHuge}) {
+        for (const bool update : {false, true}) {
+          SCOPED_TRACE(
+              std::string(c10::toString(dtype)) + " n=" + std::to_string(n) +
+              " variant=" + std::to_string(int(variant)) + (update ? " update" : ""));
+          auto x = torch::randn({n}, torch::kDouble);
+          if (variant == kZeros) {
+            x.slice(0, 0, n, 3).zero_();
+          } else if (variant == kNaNFirst) {
+            x[0] = kNaN;
+          } else if (variant == kInfInBlock) {
+            x[n / 2] = -kInf;
+          } else if (variant == kNaNLast) {
+            x[n - 1] = kNaN;
+          } else if (variant == kHuge && dtype == torch::kDouble) {
+            if (update) {
+              continue; // a weight of 1e200 has no ratio here (its square is inf)
+            }
+            x.mul_(1e200); // squares overflow float64
+          }
+          const auto after = x.to(dtype);
+          const auto before = (after.to(torch::kDouble) -
+                               0.01 * torch::randn({n}, torch::kDouble))
+                                  .to(dtype);
+          double row[watch::column::kColumns];
+          watch::fillIdentity(row);
+          watch::observeOnHost(row, after, update ? &before : nullptr, 7);
+          Oracle oracle;
+          if (update) {
+            oracle.addUpdate(after, before, 7);
+          } else {
+            oracle.add(after, 7);
+          }
+          Event event;
+          const std::string key = update ? "k.update" : "k.grad";
+          watch::appendStatistics(event.data, key, row, update);
+          expectWindow(event, {{key, oracle}}, 1e-12);
+          EXPECT_EQ(
+              watch::firstNonFiniteStep(row),
+              oracle.firstNonFinite < 0 ? watch::column::kNoStep : 7);
+        }
+      }
+    }
+  }
 }
 
 std::shared_ptr<watch::Recorder> makeRecorder(

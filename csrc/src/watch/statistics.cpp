@@ -181,6 +181,93 @@ template <typename T, bool kDelta>
   return p;
 }
 
+// The common case, every element finite, in a third of scanVector's
+// operations: min and max in the tensor's own dtype (exact: widening keeps
+// the order), |max| from them, no masks; sums and squares in float64 as
+// there. Its sums are those of every element, so a non-finite one (or
+// squares past the float64 range) shows in them, and the caller then scans
+// again with scanVector. Floats are widened a block at a time into a
+// buffer by a plain loop, which GCC vectorizes into one conversion per
+// vector (its lowering of __builtin_convertvector takes four, seen with
+// GCC 12). The lanes are the same in every clone, so are the sums.
+using VF16 = float __attribute__((vector_size(64)));
+using MI16 = int32_t __attribute__((vector_size(64)));
+constexpr int64_t kBlock = 64;
+
+template <typename T, bool kDelta>
+[[gnu::always_inline]] inline Partial scanFinite(
+    const T* x,
+    const T* b,
+    int64_t begin,
+    int64_t end) {
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  using V = std::conditional_t<kFloat, VF16, VD>;
+  using M = std::conditional_t<kFloat, MI16, MD>;
+  constexpr int kWidth = sizeof(V) / sizeof(T);
+  const V zero = {};
+  V lo = zero + std::numeric_limits<T>::infinity();
+  V hi = -lo;
+  M zeros = {};
+  VD sum[2] = {}, squares[2] = {}, beforeSquares[2] = {};
+  alignas(64) double wide[kBlock];
+  alignas(64) double wideBefore[kBlock];
+  int64_t i = begin;
+  for (; i + kBlock <= end; i += kBlock) {
+    for (int64_t j = 0; j < kBlock; ++j) {
+      // The update in the dtype, as torch subtracts.
+      wide[j] = kDelta ? double(T(x[i + j] - b[i + j])) : double(x[i + j]);
+      if constexpr (kDelta) {
+        wideBefore[j] = double(b[i + j]);
+      }
+    }
+    for (int64_t j = 0; j < kBlock; j += kWidth) {
+      V v;
+      std::memcpy(&v, x + i + j, sizeof v);
+      if constexpr (kDelta) {
+        V w;
+        std::memcpy(&w, b + i + j, sizeof w);
+        v = v - w;
+      }
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+      zeros -= v == zero;
+    }
+    for (int64_t j = 0; j < kBlock; j += 2 * kLanes) {
+      for (int h = 0; h < 2; ++h) {
+        VD d;
+        std::memcpy(&d, wide + j + h * kLanes, sizeof d);
+        sum[h] += d;
+        squares[h] += d * d;
+        if constexpr (kDelta) {
+          std::memcpy(&d, wideBefore + j + h * kLanes, sizeof d);
+          beforeSquares[h] += d * d;
+        }
+      }
+    }
+  }
+  Partial p;
+  for (int j = 0; j < kWidth; ++j) {
+    p.zeros += double(zeros[j]);
+    p.min = std::min(p.min, double(lo[j]));
+    p.max = std::max(p.max, double(hi[j]));
+  }
+  p.absMax = std::max(p.max, -p.min);
+  for (int h = 0; h < 2; ++h) {
+    for (int j = 0; j < kLanes; ++j) {
+      p.sum += sum[h][j];
+      p.sumSquares += squares[h][j];
+      p.beforeSquares += beforeSquares[h][j];
+    }
+  }
+  if (!std::isfinite(p.sum) || !std::isfinite(p.sumSquares)) {
+    return scanVector<T, kDelta>(x, b, begin, end);
+  }
+  for (; i < end; ++i) {
+    addScalar<T, kDelta>(p, x, b, i);
+  }
+  return p;
+}
+
 // Not under ThreadSanitizer: a clone is chosen by an IFUNC resolver, which
 // the dynamic loader runs while it relocates the library, before the TSan
 // runtime is set up; the instrumented resolver then crashes every program
@@ -195,13 +282,13 @@ template <typename T, bool kDelta>
 
 TORCH_MONITOR_CLONES Partial
 scanFloat(const float* x, const float* b, int64_t begin, int64_t end) {
-  return b == nullptr ? scanVector<float, false>(x, b, begin, end)
-                      : scanVector<float, true>(x, b, begin, end);
+  return b == nullptr ? scanFinite<float, false>(x, b, begin, end)
+                      : scanFinite<float, true>(x, b, begin, end);
 }
 TORCH_MONITOR_CLONES Partial
 scanDouble(const double* x, const double* b, int64_t begin, int64_t end) {
-  return b == nullptr ? scanVector<double, false>(x, b, begin, end)
-                      : scanVector<double, true>(x, b, begin, end);
+  return b == nullptr ? scanFinite<double, false>(x, b, begin, end)
+                      : scanFinite<double, true>(x, b, begin, end);
 }
 
 template <typename T, bool kDelta>
