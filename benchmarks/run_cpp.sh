@@ -28,7 +28,7 @@ fi
 cmake -S "$ROOT" -B "$BUILD_DIR" "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DTORCH_MONITOR_BUILD_BENCHMARKS=ON >/dev/null
 cmake --build "$BUILD_DIR" --target bench_stat bench_log_event bench_memory \
-  bench_pytorch_counters -j "$JOBS"
+  bench_pytorch_counters bench_watch_scan -j "$JOBS"
 
 # run BINARY OUT_JSON [flags...]
 run() {
@@ -163,7 +163,7 @@ PY
 
 echo "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg) on $JOBS cores"
 results=()
-for bench in bench_stat bench_log_event bench_pytorch_counters; do
+for bench in bench_stat bench_log_event bench_pytorch_counters bench_watch_scan; do
   echo "== $bench"
   run "$bench" "$BUILD_DIR/$bench.json" "$@"
   results+=("$BUILD_DIR/$bench.json")

@@ -277,7 +277,7 @@ def watch(
     model: torch.nn.Module,
     optimizer: Optional[torch.optim.Optimizer] = None,
     *,
-    what: Union[WatchKind, Sequence[WatchKind]] = ("grad", "update"),
+    what: Union[WatchKind, Sequence[WatchKind]] = ("grad",),
     window_steps: Optional[int] = None,
     window_size: Union[None, float, datetime.timedelta] = None,
     close_on_time: bool = False,
@@ -313,7 +313,9 @@ def watch(
             ``"grad"`` is the gradient the step uses (else each gradient a
             backward accumulates into ``.grad``).
         what: any of ``"grad"``, ``"weight"``, ``"update"``, ``"output"``,
-            ``"output_grad"``.
+            ``"output_grad"``; by default gradients only, the kind cheap
+            enough to leave on (an update copies the weights before each
+            step: docs/watch.md, "Cost").
         window_steps / window_size: the window (see ``Stat``).
         close_on_time: with ``window_size``, close each window when it
             ends, on the window timer's thread, even if no step comes (a

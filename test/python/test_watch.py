@@ -962,6 +962,15 @@ def test_include_and_exclude_are_read_as_cpp_reads_them():
         tm.watch(model, what="grad", window_steps=2, include="(?P<layer>fc1)")
 
 
+def test_the_default_watches_gradients_only():
+    """The default is what is cheap enough to leave on (docs/watch.md,
+    "Cost"): gradients, as wandb.watch's default; updates are asked for."""
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tm.watch(model, optimizer, window_steps=2) as w:
+        assert w.keys == ["fc1.weight.grad", "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad", "total.grad"]
+
+
 def test_scripting_a_watched_model_says_to_script_first():
     model = MLP()
     with tm.watch(model, what=("grad", "output"), window_steps=2):
@@ -969,7 +978,7 @@ def test_scripting_a_watched_model_says_to_script_first():
             torch.jit.script(model)
     scripted = torch.jit.script(MLP())
     optimizer = torch.optim.SGD(scripted.parameters(), lr=0.1)
-    with tm.watch(scripted, optimizer, window_steps=2) as w:
+    with tm.watch(scripted, optimizer, what=("grad", "update"), window_steps=2) as w:
         assert "fc1.weight.update" in w.keys
     with pytest.raises(ValueError, match="ScriptModule"):
         tm.watch(scripted, what="output", window_steps=2)

@@ -43,8 +43,10 @@ namespace torch_monitor {
 // What a Watch observes and how it windows it; a plain value. The same
 // arguments as Python's watch() (there, keywords).
 struct WatchOptions {
-  // Any of "grad", "weight", "update", "output", "output_grad".
-  std::vector<std::string> what{"grad", "update"};
+  // Any of "grad", "weight", "update", "output", "output_grad". Gradients
+  // by default, the kind cheap enough to leave on: an update copies the
+  // weights before every step (docs/watch.md, "Cost").
+  std::vector<std::string> what{"grad"};
   // Exactly one window: training steps, or time.
   int64_t windowSteps = 0;
   std::chrono::milliseconds windowSize{0};
