@@ -59,21 +59,12 @@ void warnThroughBackgroundSink(const std::string& message) {
   TORCH_WARN(message);
 }
 
-namespace {
-// initial-exec, as the thread slots' (detail/thread_slots.h): c10's
-// wait-counter backend asks at every unit it times, and the default model
-// costs a __tls_get_addr call each time.
 __thread bool libraryThread __attribute__((tls_model("initial-exec"))) =
     false;
-} // namespace
 
 void routeThreadWarningsToBackgroundSink() {
   libraryThread = true;
   c10::WarningUtils::set_warning_handler(backgroundWarningHandler());
-}
-
-bool onLibraryThread() noexcept {
-  return libraryThread;
 }
 
 } // namespace detail

@@ -132,16 +132,25 @@ class KeyState;
 std::atomic<int> runningCaptures{0};
 
 // The process-wide registry the backends read. Captures sit in slots;
-// stop() reads them inside a read section, which takes a reference to each
-// key it will add to and runs no event handler, and a removed capture's slot is
-// reused only once every read section that could have seen it has ended
-// (two epochs, so that neither a stream of new readers nor a reader that
-// read the epoch long ago is missed).
+// stop() reads them inside a read section, which runs no event handler, and
+// a removed capture's slot is reused only once every read section that
+// could have seen it has ended. A thread with a thread slot marks its own
+// cell, with plain stores (c10's hot path pays no atomic read-modify-write);
+// the removal's heavyBarrier() pairs with the section's lightBarrier(), the
+// handshake of a Stat's shards (thread_shard.h). Threads beyond the slots
+// count themselves in shared counters of two epochs, so that neither a
+// stream of new readers nor a reader that read the epoch long ago is missed.
 struct Registry {
   std::mutex slotsMutex; // serialises adding and removing captures
   std::array<std::atomic<CaptureState*>, kSlots> slots{};
   std::atomic<int> slotsEnd{0}; // 1 + the highest slot in use
-  std::atomic<uint64_t> epoch{0};
+  // Per thread slot, a cache line each: bumped by its thread on entering
+  // (odd: inside) and on leaving a read section.
+  struct alignas(64) SectionCell {
+    std::atomic<uint64_t> count{0};
+  };
+  std::array<SectionCell, detail::kMaxThreadSlots> sections{};
+  std::atomic<uint64_t> epoch{0}; // the overflow threads'
   std::array<std::atomic<int64_t>, 2> readers{};
   // Every key's state, newest first. Never freed (c10 keeps a key's counter
   // for the process), so the list only grows. Lock-free, so that a window's
@@ -152,32 +161,61 @@ struct Registry {
       detail::ForkLockMode::kResetInChild, {&slotsMutex}};
 };
 
-Registry& registry() {
-  // Leaked: c10 calls the backends until the process ends.
-  static auto* instance = new Registry;
-  return *instance;
+// Leaked: c10 calls the backends until the process ends. Made when the
+// library loads, before kRegistered below registers the backends; a plain
+// pointer, so that c10's hot path reads it without a guard.
+Registry* const theRegistry = new Registry;
+
+Registry& registry() noexcept {
+  return *theRegistry;
 }
 
 class ReadSection {
  public:
-  ReadSection() noexcept {
-    Registry& r = registry();
-    parity_ = r.epoch.load() & 1;
-    r.readers[parity_].fetch_add(1);
+  ReadSection() noexcept : registry_(registry()), slot_(detail::threadSlot()) {
+    if (slot_ != detail::kOverflowSlot) {
+      bump(std::memory_order_relaxed);
+      // The mark before the slots are read (waitForReaders' heavyBarrier()).
+      detail::lightBarrier();
+    } else {
+      parity_ = registry_.epoch.load() & 1;
+      registry_.readers[parity_].fetch_add(1);
+    }
   }
   ~ReadSection() {
-    registry().readers[parity_].fetch_sub(1);
+    if (slot_ != detail::kOverflowSlot) {
+      bump(std::memory_order_release); // the reads before the mark
+    } else {
+      registry_.readers[parity_].fetch_sub(1);
+    }
   }
   ReadSection(const ReadSection&) = delete;
   ReadSection& operator=(const ReadSection&) = delete;
 
  private:
-  uint64_t parity_;
+  void bump(std::memory_order order) noexcept {
+    std::atomic<uint64_t>& cell = registry_.sections[slot_].count;
+    cell.store(cell.load(std::memory_order_relaxed) + 1, order);
+  }
+
+  Registry& registry_;
+  const int slot_;
+  uint64_t parity_ = 0;
 };
 
-// Ends once every read section begun before the call has ended.
+// Ends once every read section begun before the call has ended. The caller
+// emptied the slot before: once heavyBarrier() returns, a section either
+// shows in its cell or reads the empty slot.
 void waitForReaders() {
   Registry& r = registry();
+  detail::heavyBarrier();
+  for (auto& cell : r.sections) {
+    const uint64_t seen = cell.count.load(std::memory_order_acquire);
+    while ((seen & 1) != 0 &&
+           cell.count.load(std::memory_order_acquire) == seen) {
+      std::this_thread::yield();
+    }
+  }
   for (int flip = 0; flip < 2; ++flip) {
     const uint64_t parity = r.epoch.fetch_add(1) & 1;
     while (r.readers[parity].load() != 0) {
@@ -192,28 +230,47 @@ class KeyState {
  public:
   explicit KeyState(std::string_view key) : key_(key) {}
 
+  // With no capture running, start() and stop() are a load, a test and a
+  // return: the work is out of line, so that its register saves are not
+  // made on that path.
   intptr_t start(Clock::time_point now) noexcept {
+    if (runningCaptures.load(std::memory_order_relaxed) == 0) {
+      return 0; // stop() skips it
+    }
+    return startCaptured(now);
+  }
+  void stop(Clock::time_point now, intptr_t ctx) noexcept {
+    if (ctx != 0) {
+      stopCaptured(now, ctx);
+    }
+  }
+
+ private:
+  [[gnu::noinline]] intptr_t startCaptured(Clock::time_point now) noexcept {
     // The library's own threads (the rank sync's Store traffic, a sink's
     // writer) time torch_monitor's work, not the program's.
-    if (runningCaptures.load(std::memory_order_relaxed) == 0 ||
-        detail::onLibraryThread()) {
-      return 0; // stop() skips it
+    if (detail::onLibraryThread()) {
+      return 0;
     }
     countRunning(1);
     return static_cast<intptr_t>(nanosecondsOf(now));
   }
 
-  void stop(Clock::time_point now, intptr_t ctx) noexcept {
-    if (ctx == 0) {
-      return;
-    }
+  [[gnu::noinline]] void stopCaptured(
+      Clock::time_point now,
+      intptr_t ctx) noexcept {
     countRunning(-1);
     if (runningCaptures.load(std::memory_order_relaxed) == 0) {
       return;
     }
-    const double micros = static_cast<double>(nanosecondsOf(now) - ctx) / 1e3;
-    // The keys to add to, each with a reference taken inside the read
-    // section; the adds (which may close windows and run handlers) after it.
+    const double micros = std::max(
+        static_cast<double>(nanosecondsOf(now) - ctx) / 1e3, 0.0);
+    // A sample within its key's open window is added inside the read
+    // section, where remove() waits for it: that add closes nothing and
+    // runs no handler. The keys whose add would close a window get a
+    // reference there instead, and their adds (which may run handlers, a
+    // Python one waiting for the GIL that remove()'s caller holds) come
+    // after it.
     std::array<CapturedKey*, kSlots> taken;
     int count = 0;
     {
@@ -231,7 +288,8 @@ class KeyState {
           cache_[slot].store(
               key == nullptr ? notTaken() : key, std::memory_order_release);
         }
-        if (key != nullptr && key != notTaken()) {
+        if (key != nullptr && key != notTaken() &&
+            !addedWithinWindow(*key->stat, micros)) {
           key->refs.fetch_add(1, std::memory_order_relaxed);
           taken[count++] = key;
         }
@@ -243,6 +301,7 @@ class KeyState {
     }
   }
 
+ public:
   // The capture in `slot` is gone (no reader can see it): forget its Stat.
   void forget(int slot) noexcept {
     cache_[slot].store(nullptr, std::memory_order_relaxed);
@@ -263,11 +322,21 @@ class KeyState {
   KeyState* next = nullptr; // the registry's list, set once
 
  private:
+  // False when the add must wait for the read section's end (it would
+  // close a window), or failed (record() then tries again and warns).
+  static bool addedWithinWindow(Stat<double>& stat, double micros) noexcept {
+    try {
+      return stat.addIfWindowOpen(micros);
+    } catch (...) {
+      return false;
+    }
+  }
+
   void record(Stat<double>& stat, double micros) noexcept {
     // c10's stop() must not throw; the sample is added even when a
     // handler of the window it closes throws.
     try {
-      stat.add(std::max(micros, 0.0));
+      stat.add(micros);
     } catch (const std::exception& e) {
       TORCH_WARN(
           "torch_monitor: an event handler failed while PyTorch's counter '",
@@ -401,6 +470,9 @@ detail::Gauges gaugesOf(const CaptureState& capture) {
 
 void resetReadersInChild() {
   // The parent's other threads, which may have been reading, are not here.
+  for (auto& cell : registry().sections) {
+    cell.count.store(0);
+  }
   for (auto& readers : registry().readers) {
     readers.store(0);
   }
@@ -410,7 +482,6 @@ constexpr detail::ForkHooks kForkHooks{nullptr, nullptr, resetReadersInChild};
 // Registered when the library loads, so that every key first used after
 // that reaches the captures.
 const bool kRegistered = [] {
-  registry();
   detail::onFork(detail::ForkStage::kPytorchCounters, kForkHooks);
   c10::monitor::detail::registerWaitCounterBackend(
       std::make_unique<KeyBackendFactory>());

@@ -13,6 +13,8 @@
 #include <c10/util/WaitCounter.h>
 #include <gtest/gtest.h>
 
+#include <torch_monitor/detail/thread_slots.h>
+
 #include "test_support.h"
 
 namespace torch_monitor {
@@ -89,19 +91,29 @@ TEST(PytorchCounters, BadOptionsAreRefusedWithTheReason) {
 }
 
 // remove() waits for the units being recorded into the capture; captures
-// come and go while four threads time work (ASan sees any use after free).
-TEST(PytorchCounters, CapturesComeAndGoWhileThreadsTimeWork) {
+// come and go while threads time work (ASan sees any use after free): four,
+// each with a thread slot, then more than there are slots, so that some
+// read through the overflow path.
+class CapturesComeAndGo : public testing::TestWithParam<int> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    Threads,
+    CapturesComeAndGo,
+    testing::Values(4, detail::kMaxThreadSlots + 6));
+
+TEST_P(CapturesComeAndGo, WhileThreadsTimeWork) {
+  const int threadCount = GetParam();
   ScopedRecorder recorder;
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
+  for (int t = 0; t < threadCount; ++t) {
     threads.emplace_back([&] {
       while (!stop.load()) {
         otherWork();
       }
     });
   }
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < (threadCount > 4 ? 10 : 200); ++i) {
     PytorchCounterOptions options;
     options.windowSize = std::chrono::milliseconds(1);
     PytorchCounterCapture first(options);
@@ -118,7 +130,7 @@ TEST(PytorchCounters, CapturesComeAndGoWhileThreadsTimeWork) {
     if (e.data.count("test.cpp.other.active") != 0) {
       EXPECT_EQ(e.data.size(), 1u);
       EXPECT_GE(valueOf<int64_t>(e, "test.cpp.other.active"), 1);
-      EXPECT_LE(valueOf<int64_t>(e, "test.cpp.other.active"), 4);
+      EXPECT_LE(valueOf<int64_t>(e, "test.cpp.other.active"), threadCount);
     } else {
       EXPECT_GE(valueOf<double>(e, "test.cpp.other.count"), 1.0);
     }

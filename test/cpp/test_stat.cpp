@@ -374,6 +374,33 @@ TYPED_TEST(StatTest, SingleSampleWindow) {
   EXPECT_EQ(this->at(evs[0], "one.count"), T(1));
 }
 
+// addIfWindowOpen adds only within the open window, where nothing closes:
+// not before the first add opens one, not once the window has ended (the
+// add() that follows closes it), and never to a capped Stat.
+TEST_F(StatTestBase, AddIfWindowOpenAddsOnlyWhereNoWindowCloses) {
+  test::FakeClock clock(1000);
+  {
+    Stat<double> s("open", {COUNT, SUM}, 100ms);
+    EXPECT_FALSE(s.addIfWindowOpen(1.0)); // no window yet
+    s.add(2.0); // opens [1000, 1100)
+    EXPECT_TRUE(s.addIfWindowOpen(3.0));
+    clock.set(1099);
+    EXPECT_TRUE(s.addIfWindowOpen(4.0));
+    EXPECT_EQ(s.count(), 3);
+    clock.set(1100);
+    EXPECT_FALSE(s.addIfWindowOpen(5.0)); // the window ended: nothing logged
+    EXPECT_TRUE(events().empty());
+    s.add(6.0); // closes it
+    ASSERT_EQ(events().size(), 1u);
+    EXPECT_EQ(valueOf<double>(events()[0], "open.count"), 3.0);
+    EXPECT_EQ(valueOf<double>(events()[0], "open.sum"), 9.0);
+    Stat<double> capped("capped", {COUNT}, 100ms, /*maxSamples=*/10);
+    capped.add(1.0);
+    EXPECT_FALSE(capped.addIfWindowOpen(1.0));
+    EXPECT_EQ(capped.count(), 1);
+  }
+}
+
 TEST_F(StatTestBase, IntegerMeanTruncates) {
   {
     Stat<int64_t> a("a", {MEAN}, 100ms);

@@ -31,7 +31,14 @@ namespace detail {
 TORCH_MONITOR_API void routeThreadWarningsToBackgroundSink();
 // Whether the calling thread is one the library started (it called
 // routeThreadWarningsToBackgroundSink()). Thread-safe (a thread-local).
-TORCH_MONITOR_API bool onLibraryThread() noexcept;
+// Inline, and initial-exec as the thread slots' (detail/thread_slots.h):
+// c10's wait-counter backend asks at every unit it times, and a call
+// through the PLT or __tls_get_addr would cost it each time.
+TORCH_MONITOR_API extern __thread bool libraryThread
+    __attribute__((tls_model("initial-exec")));
+inline bool onLibraryThread() noexcept {
+  return libraryThread;
+}
 
 // The c10 handler that hands warnings to the background warning sink (c10's
 // default without one), for a WarningHandlerGuard around a warning that has

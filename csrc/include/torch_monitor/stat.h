@@ -132,6 +132,14 @@ class TORCH_MONITOR_API Stat : private detail::StatEngine<T> {
   void add(T v) {
     this->addSample(v);
   }
+  // Adds `v` only if it falls in the open window of an uncapped Stat: then
+  // nothing closes and no event handler runs. Returns false, having added
+  // nothing, when the add would close or open a window (add() it then). For
+  // callers that must not run handlers where they are: PyTorch's counter
+  // backends add this way while a capture's removal waits for them.
+  bool addIfWindowOpen(T v) {
+    return this->addSampleIfOpen(v);
+  }
 
   // Adds every element of `values` as one sample, in flattened order,
   // detached from autograd. A CPU tensor is read in place. A tensor on

@@ -76,6 +76,19 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
     }
   }
 
+  // Stat::addIfWindowOpen(T): addSample's fast path alone.
+  bool addSampleIfOpen(T v) {
+    if (capped_) {
+      return false;
+    }
+    const int64_t now = readClock(clock_);
+    if (now >= windowEndMs_.load(std::memory_order_acquire)) {
+      return false;
+    }
+    addSharded(v, now);
+    return true;
+  }
+
   // Adds a tensor that is not on the CPU (see Stat::add(const at::Tensor&)).
   void addOnDevice(const at::Tensor& values);
   // Samples in the open window (Stat::count()).
