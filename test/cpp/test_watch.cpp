@@ -461,6 +461,19 @@ TEST(Watch, TiedParametersAreWatchedOnceUnderTheirFirstName) {
   clearStep();
 }
 
+// The default, as Python's: gradients only, the kind cheap enough to leave
+// on (docs/watch.md, "Cost"); updates are asked for.
+TEST(Watch, TheDefaultWatchesGradientsOnly) {
+  auto net = std::make_shared<Net>();
+  WatchOptions options;
+  options.windowSteps = 10;
+  Watch watch(net, options);
+  EXPECT_EQ(
+      watch.keys(),
+      (std::vector<std::string>{
+          "fc1.weight.grad", "fc1.bias.grad", "fc2.weight.grad", "fc2.bias.grad", "total.grad"}));
+}
+
 TEST(Watch, CppOptionsForNonFiniteValuesAndTimedWindowsReachTheRecorder) {
   struct Collect final : EventHandler {
     std::vector<Event> events;
