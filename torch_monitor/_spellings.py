@@ -118,7 +118,7 @@ _STAT = Spelling(
     results={"get": (_aggregation_dict, "Dict[Aggregation, float]")},
     after_init=_sync_given_group,
     install=_C._install_stat_add,
-    signatures={"add": "(self, value: Union[float, torch.Tensor]) -> None"},
+    signatures={"add": "(self, v: Union[float, torch.Tensor]) -> None"},
     overloads={"__init__": [
         "(self, name: str, aggregations: Sequence[Union[Aggregation, str, int]], "
         "window_size: Union[float, datetime.timedelta], max_samples: int = ..., *, "
@@ -207,7 +207,7 @@ FACES: Dict[str, Spelling] = {
     "Stat": _STAT,
     "IntStat": _STAT._replace(
         results={"get": (_aggregation_dict, "Dict[Aggregation, int]")},
-        signatures={"add": "(self, value: Union[int, torch.Tensor]) -> None"},
+        signatures={"add": "(self, v: Union[int, torch.Tensor]) -> None"},
     ),
     "WaitCounter": _WAIT_COUNTER,
     "WaitCounterTracker": _WAIT_COUNTER_TRACKER,

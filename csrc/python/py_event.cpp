@@ -2,6 +2,7 @@
 #include "internals.h"
 
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <sstream>
@@ -57,8 +58,19 @@ data_value_t valueFromPython(const std::string& key, py::handle value) {
   if (PyFloat_Check(v)) {
     return PyFloat_AS_DOUBLE(v);
   }
-  if (PyUnicode_Check(v)) {
+  if (PyUnicode_Check(v) || PyBytes_Check(v)) { // bytes: UTF-8, as torch.monitor
     return textFromPython(value, "Event data['" + key + "']");
+  }
+  // NumPy's bool is no numbers.Integral; named as pybind11 knows it, so that
+  // NumPy need not be imported (torch.monitor turns it into 1.0/0.0).
+  const char* typeName = Py_TYPE(v)->tp_name;
+  if (std::strcmp(typeName, "numpy.bool") == 0 ||
+      std::strcmp(typeName, "numpy.bool_") == 0) {
+    const int truth = PyObject_IsTrue(v);
+    if (truth < 0) {
+      throw py::error_already_set();
+    }
+    return truth == 1;
   }
   // NumPy scalars and other registered numbers; tensors are not numbers.Real.
   // Leaked on purpose: no Python object may be released after finalisation.
@@ -74,7 +86,7 @@ data_value_t valueFromPython(const std::string& key, py::handle value) {
   }
   throw py::type_error(
       "Event data['" + key + "'] must be str, float, int or bool, got " +
-      std::string(Py_TYPE(v)->tp_name));
+      std::string(typeName));
 }
 
 std::string reprOf(const data_value_t& value) {
@@ -169,16 +181,41 @@ int64_t timestampFromPython(py::handle datetime) {
   }
   const double value = PyFloat_AsDouble(seconds);
   Py_DECREF(seconds);
-  const double micros = std::round(value * 1e6);
-  // Beyond what a C++ time point holds the value would wrap to another
-  // century (year 9999 became 1816).
-  if (!(micros >= double(kMinEpochMicros) && micros <= double(kMaxEpochMicros))) {
-    throw py::value_error(
+  const auto outOfRange = [&] {
+    return py::value_error(
         "Event timestamp " + py::repr(datetime).cast<std::string>() +
         " is outside the supported range, 1677-09-21 to 2262-04-11 UTC "
         "(what a C++ std::chrono::system_clock time point holds)");
+  };
+  // Beyond what a C++ time point holds the value would wrap to another
+  // century (year 9999 became 1816).
+  if (!(value >= double(kMinEpochMicros / 1000000 - 1) &&
+        value <= double(kMaxEpochMicros / 1000000 + 1))) {
+    throw outOfRange();
   }
-  return static_cast<int64_t>(micros);
+  // The float holds whole seconds exactly, but the microseconds only to
+  // within its last bit: a microsecond off past 2100 and before 1840. The
+  // instant's microseconds are the datetime's own, less an aware value's UTC
+  // offset's (an offset may hold microseconds), and the float gives the rest.
+  int64_t micros = PyDateTime_DATE_GET_MICROSECOND(datetime.ptr());
+  if (PyDateTime_DATE_GET_TZINFO(datetime.ptr()) != Py_None) {
+    static PyObject* utcoffsetName = PyUnicode_InternFromString("utcoffset");
+    PyObject* offset = PyObject_CallMethodNoArgs(datetime.ptr(), utcoffsetName);
+    if (offset == nullptr) {
+      throw py::error_already_set();
+    }
+    if (PyDelta_Check(offset)) {
+      micros = (micros - PyDateTime_DELTA_GET_MICROSECONDS(offset) + 1000000) %
+          1000000;
+    }
+    Py_DECREF(offset);
+  }
+  const auto whole = static_cast<int64_t>(std::round(value - double(micros) * 1e-6));
+  micros += whole * 1000000;
+  if (micros < kMinEpochMicros || micros > kMaxEpochMicros) {
+    throw outOfRange();
+  }
+  return micros;
 }
 
 py::dict dataToPython(const std::unordered_map<std::string, data_value_t>& data) {
@@ -190,20 +227,36 @@ py::dict dataToPython(const std::unordered_map<std::string, data_value_t>& data)
 }
 
 std::unordered_map<std::string, data_value_t> dataFromPython(py::handle dict) {
-  if (!PyDict_Check(dict.ptr())) {
-    throw py::type_error(
-        "Event data must be a dict of str to str/float/int/bool, got " +
-        std::string(Py_TYPE(dict.ptr())->tp_name));
-  }
   std::unordered_map<std::string, data_value_t> out;
-  for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(dict)) {
-    if (!PyUnicode_Check(key.ptr())) {
+  const auto add = [&out](py::handle key, py::handle value) {
+    // bytes keys as UTF-8 text, as torch.monitor takes them
+    if (!PyUnicode_Check(key.ptr()) && !PyBytes_Check(key.ptr())) {
       throw py::type_error(
           "Event data keys must be str, got " +
           std::string(Py_TYPE(key.ptr())->tp_name));
     }
     const std::string k = textFromPython(key, "Event data key");
     out.emplace(k, valueFromPython(k, value));
+  };
+  if (PyDict_Check(dict.ptr())) {
+    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(dict)) {
+      add(key, value);
+    }
+    return out;
+  }
+  // Any other mapping (MappingProxyType, a Mapping class), as torch.monitor.
+  // Leaked on purpose: no Python object may be released after finalisation.
+  static auto* mapping = new py::object(
+      py::module_::import("collections.abc").attr("Mapping"));
+  if (!py::isinstance(dict, *mapping)) {
+    throw py::type_error(
+        "Event data must be a mapping (a dict) of str to str/float/int/bool, "
+        "got " +
+        std::string(Py_TYPE(dict.ptr())->tp_name));
+  }
+  for (py::handle item : dict.attr("items")()) {
+    const auto pair = py::reinterpret_borrow<py::tuple>(item);
+    add(pair[0], pair[1]);
   }
   return out;
 }

@@ -214,8 +214,9 @@ void initHandlers(py::module_& m) {
         registerEventHandler(handler);
         return EventHandlerHandle{std::move(handler)};
       },
-      py::arg("callable"),
-      "Calls callable(event) for every logged event; returns a handle");
+      // The argument names are torch.monitor's, for callers using keywords.
+      py::arg("callback"),
+      "Calls callback(event) for every logged event; returns a handle");
 
   m.def(
       "unregister_event_handler",
@@ -233,7 +234,7 @@ void initHandlers(py::module_& m) {
         }
         unregisterEventHandler(handle.cast<const EventHandlerHandle&>().handler);
       },
-      py::arg("handle"),
+      py::arg("handler"),
       "Removes a handler (given its handle, or a native sink itself); an "
       "already removed one is a no-op");
 

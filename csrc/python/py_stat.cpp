@@ -16,9 +16,9 @@ namespace {
 
 using script::ScriptStat;
 
-// add(value) as a raw CPython vectorcall method: a pybind11 method costs
+// add(v) as a raw CPython vectorcall method: a pybind11 method costs
 // ~90 ns a call, this ~15 ns, which is most of Stat.add's cost from Python.
-// `value` may be given by keyword, as in TorchScript and compiled code.
+// `v` (the schema's name, torch.monitor's) may be given by keyword.
 template <typename T>
 PyObject* fastAdd(
     PyObject* self,
@@ -28,7 +28,7 @@ PyObject* fastAdd(
   PyObject* arg = nullptr;
   if (!fastCallArguments(
           std::is_same_v<T, double> ? "Stat.add" : "IntStat.add",
-          {"value"},
+          {"v"},
           args,
           nargs,
           kwnames,

@@ -1,7 +1,10 @@
 """Event: torch.monitor compatibility (monitor-core.md, "Event")."""
 
 import datetime
+import random
+import types
 
+import numpy
 import pytest
 import torch
 
@@ -25,6 +28,30 @@ def test_fields_round_trip(impl, timestamp):
     assert e.timestamp.tzinfo is None
     assert e.data == data
     assert {k: type(v) for k, v in e.data.items()} == {k: type(v) for k, v in data.items()}
+
+
+def test_far_timestamps_round_trip_to_the_microsecond(impl):
+    """Far from 1970 a float of seconds holds a microsecond only to within one
+    (datetime.timestamp()); the instant must still come back exact. Noon-ish
+    hours keep clear of daylight-saving gaps and folds."""
+    rng = random.Random(0)
+    stamps = [
+        datetime.datetime(
+            rng.choice([rng.randint(1678, 1840), rng.randint(2100, 2261)]), rng.randint(1, 12),
+            rng.randint(1, 28), rng.randint(10, 20), rng.randint(0, 59), rng.randint(0, 59),
+            rng.randint(0, 999_999),
+        )
+        for _ in range(2000)
+    ]
+    wrong = [t for t in stamps if impl.Event("far", t, {}).timestamp != t]
+    assert wrong == []
+
+
+def test_aware_timestamp_with_a_sub_second_offset(tm):
+    """A UTC offset may hold microseconds; the instant is the wall time less it."""
+    zone = datetime.timezone(datetime.timedelta(hours=1, microseconds=7))
+    aware = datetime.datetime(2250, 1, 1, 0, 0, 0, 5, tzinfo=zone)
+    assert tm.Event("off", aware, {}).timestamp == aware.astimezone().replace(tzinfo=None)
 
 
 def test_constructor_keywords(impl):
@@ -126,6 +153,16 @@ def test_unsupported_data_value(impl, reference, value):
         return
     with pytest.raises((TypeError, OverflowError), match="the_bad_key"):
         make_event(impl, the_bad_key=value)
+
+
+def test_data_torch_monitor_also_takes(impl, reference):
+    """bytes (UTF-8) values and keys, NumPy's bool and any mapping: pybind11
+    converts them for torch.monitor."""
+    data = types.MappingProxyType({"text": b"xy", b"key": 3, "flag": numpy.bool_(True)})
+    e = impl.Event("taken", TIMESTAMPS[0], data)
+    # FIX: torch.monitor turns NumPy's bool into 1.0, as it does bool.
+    assert e.data == {"text": "xy", "key": 3, "flag": 1.0 if reference else True}
+    assert type(e.data["flag"]) is (float if reference else bool)
 
 
 def test_non_string_key(impl):

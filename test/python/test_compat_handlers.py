@@ -57,6 +57,18 @@ def test_unregister_stops_delivery(impl, handlers):
     assert names(dropped) == ["before"]
 
 
+def test_registration_keywords(impl):
+    """torch.monitor's argument names, for code that passes them by keyword."""
+    seen = []
+    h = impl.register_event_handler(callback=seen.append)
+    try:
+        log(impl, "kw")
+    finally:
+        impl.unregister_event_handler(handler=h)
+    log(impl, "gone")
+    assert names(seen) == ["kw"]
+
+
 def test_no_handlers_is_a_noop(impl):
     log(impl, "nobody.listens", x=1.0)
     stat = impl.Stat("quiet", [impl.Aggregation.SUM], 60.0, 1)

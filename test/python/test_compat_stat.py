@@ -213,7 +213,7 @@ def test_constructor_keywords(impl, recorder):
         max_samples=2,
     )
     stat.add(1.0)
-    stat.add(2.0)  # max_samples reached: closes at once
+    stat.add(v=2.0)  # torch.monitor's keyword; max_samples reached: closes at once
     assert recorder.stat_data("kw") == [{"kw.sum": 3.0}]
 
 

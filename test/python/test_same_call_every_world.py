@@ -37,7 +37,7 @@ def make_objects(tmp_path):
 
 # Keyword arguments of the methods that take any, as the docs spell them.
 KWARGS = {
-    "add": {"value": 2.0},
+    "add": {"v": 2.0},
     "add_tensor": {"values": torch.ones(3)},
     "add_scalar": {"tag": "kw", "scalar_value": 1.5, "global_step": 3, "walltime": 10.0},
     "add_histogram": {"tag": "kw.h", "values": torch.arange(4.0), "global_step": 3},
@@ -62,7 +62,7 @@ KWARGS = {
     "watch_steps": {"keys": [0], "parameters": [torch.ones(3)]},
 }
 # IntStat.add takes ints.
-INT_KWARGS = {"add": {"value": 2}, "add_tensor": {"values": torch.ones(3, dtype=torch.int64)}}
+INT_KWARGS = {"add": {"v": 2}, "add_tensor": {"values": torch.ones(3, dtype=torch.int64)}}
 
 # Methods that change state and return nothing: a compiled or exported graph
 # records them, and they run when it runs.

@@ -188,7 +188,8 @@ void defineStatClass(torch::Library& m, const char* className) {
           "Adds a sample: a number, or a tensor whose every element is one "
           "sample (on any device; an accelerator tensor is not read until "
           "the window closes)",
-          {torch::arg("value")})
+          // `v`: torch.monitor's name, for callers using keywords.
+          {torch::arg("v")})
       .def(
           "add_tensor",
           [](const c10::intrusive_ptr<Holder>& self, const at::Tensor& values) {
