@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
+#include <ATen/Dispatch_v2.h>
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/detail/text.h>
@@ -197,13 +197,22 @@ void Stat<T>::add(const at::Tensor& values) {
   // switch and a load, about what float(t) costs.
   const at::Tensor host =
       (values.device().is_cpu() ? values : values.cpu()).contiguous();
-  AT_DISPATCH_ALL_TYPES_AND3(
-      at::kBool, at::kHalf, at::kBFloat16, host.scalar_type(), "Stat.add", [&] {
+  // Every dtype a tensor holds real values in, as the device path takes.
+  AT_DISPATCH_V2(
+      host.scalar_type(),
+      "Stat.add",
+      AT_WRAP([&] {
         const scalar_t* elements = host.const_data_ptr<scalar_t>();
         for (int64_t i = 0, n = host.numel(); i < n; ++i) {
           add(static_cast<T>(elements[i]));
         }
-      });
+      }),
+      AT_EXPAND(AT_ALL_TYPES),
+      at::kBool,
+      at::kHalf,
+      at::kBFloat16,
+      AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES),
+      AT_EXPAND(AT_FLOAT8_TYPES));
 }
 
 template <typename T>
