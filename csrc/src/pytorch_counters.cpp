@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <c10/util/DynamicCounter.h>
@@ -71,6 +72,10 @@ struct PytorchCounterCapture::State {
   std::map<std::string, CapturedKey*> keys;
   // The ".active" counts and dynamic counters, read at each window's close.
   std::shared_ptr<detail::GaugeWindows> gauges;
+  // The keys with units running at the last close: each is logged 0 at the
+  // next close that finds none, so that no sink keeps the last count as if
+  // they still ran. Only the gauges' reads touch it, one at a time.
+  std::set<std::string> runningAtLastClose;
 
   bool takes(const std::string& key) const {
     return (!include || std::regex_search(key, *include)) &&
@@ -455,15 +460,22 @@ class DynamicCounters final
 DynamicCounters* dynamicCounters = nullptr;
 
 // What a capture reads when a window closes: "<key>.active" for each of its
-// keys with units running, and its dynamic counters.
-detail::Gauges gaugesOf(const CaptureState& capture) {
+// keys with units running (0 once when they stopped), and its dynamic
+// counters.
+detail::Gauges gaugesOf(CaptureState& capture) {
   detail::Gauges gauges;
+  std::set<std::string> running;
   for (KeyState* k = registry().keys.load(); k != nullptr; k = k->next) {
     const int64_t active = k->active();
-    if (active > 0 && capture.takes(k->key())) {
+    const bool before = capture.runningAtLastClose.count(k->key()) != 0;
+    if ((active > 0 || before) && capture.takes(k->key())) {
       gauges.emplace_back(k->key() + ".active", active);
+      if (active > 0) {
+        running.insert(k->key());
+      }
     }
   }
+  capture.runningAtLastClose = std::move(running);
   dynamicCounters->read(capture, gauges);
   return gauges;
 }
@@ -569,7 +581,7 @@ PytorchCounterCapture::PytorchCounterCapture(PytorchCounterOptions options)
     gauges.ranksKey = "pytorch_counters.ranks";
   }
   try {
-    const State* state = state_.get(); // outlives the gauges: remove()
+    State* state = state_.get(); // outlives the gauges: remove()
     state_->gauges = detail::GaugeWindows::start(
         std::move(gauges), [state] { return gaugesOf(*state); });
   } catch (...) {

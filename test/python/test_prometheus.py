@@ -73,6 +73,24 @@ def test_exporter_serves_windows_parsed_by_prometheus_client(tm):
     del stat
 
 
+def test_keys_without_an_aggregation_are_values_of_their_own(tm):
+    """A capture's "<key>.active" and dynamic counters, and a merge's
+    "<stat>.ranks", end in no aggregation: each is a family with one value."""
+    exporter = tm.PrometheusExporter()
+    handle = tm.register_event_handler(exporter)
+    try:
+        log_window(tm, {"job.queue_depth": 7, "compile.active": 1, "loss.ranks": 4, "loss.mean": 1.5})
+        samples = parse(exporter.render())
+    finally:
+        tm.unregister_event_handler(handle)
+        exporter.close()
+    value = (("aggregation", "value"),)
+    assert samples[("torch_monitor_job_queue_depth", value)] == 7.0
+    assert samples[("torch_monitor_compile_active", value)] == 1.0
+    assert samples[("torch_monitor_loss_ranks", value)] == 4.0
+    assert samples[("torch_monitor_loss", (("aggregation", "mean"),))] == 1.5
+
+
 def test_count_total_accumulates_and_a_scrape_never_sees_add(tm):
     exporter = tm.PrometheusExporter()
     with exporter:  # registered for the block

@@ -175,7 +175,8 @@ def test_step_windows_close_at_set_step(memory):
 def test_units_running_at_a_close_are_logged_as_active_as_the_control_plane_counts_them(memory):
     """"<key>.active" is the number of units running when a window closes
     (the control plane's active_count), for the keys the capture takes;
-    nothing when none is running."""
+    0 at the first close that finds none after some ran (so that no sink keeps
+    the last count as if they still ran), then nothing."""
     held = torch.monitor._WaitCounter("test.active.held")
     done = torch.monitor._WaitCounter("test.active.done")
     other = torch.monitor._WaitCounter("test.active.excluded")
@@ -191,12 +192,13 @@ def test_units_running_at_a_close_are_logged_as_active_as_the_control_plane_coun
             tm.set_step(2)  # closes [0, 2) with two units of "held" running
             for guard in guards:
                 guard.__exit__(None, None, None)
-            tm.set_step(4)  # closes [2, 4): none running
+            tm.set_step(4)  # closes [2, 4): none running any more
+            tm.set_step(6)  # closes [4, 6): none running
     finally:
         tm.set_step(None)
     active = [(e.step, e.data) for e in memory.events() if any(k.endswith(".active") for k in e.data)]
     assert before["test.active.held"]["active_count"] == 2
-    assert active == [(2, {"test.active.held.active": 2})]
+    assert active == [(2, {"test.active.held.active": 2}), (4, {"test.active.held.active": 0})]
 
 
 def test_a_step_going_back_logs_the_running_units_at_the_step_reached(memory):
@@ -212,7 +214,9 @@ def test_a_step_going_back_logs_the_running_units_at_the_step_reached(memory):
     finally:
         tm.set_step(None)
     active = [(e.step, e.data) for e in memory.events() if "test.active.back.active" in e.data]
-    assert active == [(4, {"test.active.back.active": 1})]
+    # Then the window left open at remove(), its unit ended: 0, one step
+    # after the last step set (as a Stat's window closed early).
+    assert active == [(4, {"test.active.back.active": 1}), (2, {"test.active.back.active": 0})]
 
 
 def test_time_windows_of_active_units_close_on_the_timer(memory):
@@ -302,7 +306,7 @@ def test_removing_a_capture_while_threads_time_work_is_safe(memory):
         # A window's units, or how many of the four threads' were running.
         if "test.capture.threads.active" in e.data:
             assert e.data == {"test.capture.threads.active": e.data["test.capture.threads.active"]}
-            assert 1 <= e.data["test.capture.threads.active"] <= 4
+            assert 0 <= e.data["test.capture.threads.active"] <= 4  # 0: none since the last
         else:
             assert e.data["test.capture.threads.count"] >= 1
 
@@ -413,9 +417,13 @@ def test_sync_ranks_merges_each_keys_windows_exactly(tmp_path):
     # in the second the unit each rank held across step 4.
     stats = [(step, data[key + ".count"], data[key + ".ranks"]) for step, data in rank0 if key + ".count" in data]
     assert stats == [(4, 12.0, 2), (8, 14.0, 2)]
-    # The units running at the close at step 4: one per rank, summed.
+    # The units running at the close at step 4: one per rank, summed; none
+    # at the close at step 8.
     gauges = [(step, data) for step, data in rank0 if key + ".count" not in data]
-    assert gauges == [(4, {key + ".active": 2, "pytorch_counters.ranks": 2})]
+    assert gauges == [
+        (4, {key + ".active": 2, "pytorch_counters.ranks": 2}),
+        (8, {key + ".active": 0, "pytorch_counters.ranks": 2}),
+    ]
     assert rank1 == []
 
 

@@ -198,11 +198,19 @@ void Snapshot::update(const Event& event) {
     } else {
       continue; // strings and bools are no samples
     }
-    if (dot == std::string::npos || dot == 0) {
+    std::string stat;
+    std::string aggregation;
+    if (!lastPart && dot == std::string::npos && !key.empty()) {
+      // A key with no aggregation is a value of its own: a gauge read at a
+      // close ("<key>.active", a dynamic counter) or a merge's "<stat>.ranks".
+      stat = key;
+      aggregation = aggregationName(Aggregation::VALUE);
+    } else if (dot == std::string::npos || dot == 0) {
       continue;
+    } else {
+      stat = key.substr(0, dot);
+      aggregation = key.substr(dot + 1);
     }
-    std::string stat = key.substr(0, dot);
-    const std::string aggregation = key.substr(dot + 1);
     std::shared_ptr<Window>& window = windows[stat];
     if (window == nullptr) {
       window = std::make_shared<Window>();
