@@ -277,3 +277,40 @@ def test_watch_time_windows_close_on_the_timer_when_the_run_stalls():
             raise AssertionError("close_on_time with window_steps was accepted")
         """
     )
+
+
+def test_a_watch_never_lands_two_windows_on_one_step():
+    # While the step stalls and observations keep coming (an evaluation
+    # loop's forwards), each ended window waits for the step to move rather
+    # than land on the step a window landed on; repeated set_step() of that
+    # step and a second close() at one step land nothing there either.
+    run(
+        """
+        steps = []
+        handle = tm.register_event_handler(
+            lambda e: steps.append(e.step) if e.name == tm.WATCH_EVENT else None)
+        model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+        with fake_clock(0) as clock:
+            w = tm.watch(model, what="output", window_size=1.0, close_on_time=True)
+            tm.set_step(50)
+            for ms in (1500, 2500, 3500):  # three windows end at step 50
+                model(torch.ones(1, 2))
+                clock.set_ms(ms)
+                assert wait_for(lambda: len(steps) >= 1)
+                time.sleep(0.05)  # the timer passes again
+                tm.set_step(50)   # the same step again
+            assert steps == [50], steps
+            tm.set_step(51)  # the window left open lands at the new step
+            assert steps == [50, 51], steps
+            model(torch.ones(1, 2))
+            w.close()  # one step after the last: 52
+            model(torch.ones(1, 2))
+            w.close()  # 52 again: left for the next window
+            assert steps == [50, 51, 52], steps
+            tm.set_step(60)
+            w.remove()  # 61, with the observation the second close left
+            assert steps == [50, 51, 52, 61], steps
+        tm.unregister_event_handler(handle)
+        tm.set_step(None)
+        """
+    )

@@ -423,7 +423,7 @@ void Recorder::onStep(int64_t step) {
       }
     } else {
       const int64_t now = readClock(ClockSource::PRECISE);
-      if (now >= windowEndMs_) {
+      if (now >= windowEndMs_ && lastStep_ != step) {
         closed = closeLocked(step);
         const int64_t length = options_.windowSize.count();
         windowEndMs_ = (now / length + 1) * length;
@@ -473,6 +473,7 @@ std::optional<Recorder::Closed> Recorder::closeLocked(
     }
     c.rows = slots_.is_cpu() ? slots_.clone() : slots_.to(at::kCPU);
     resetSlots(slots_);
+    lastStep_ = eventStep;
     c.nonFinite =
         nonFiniteEventLocked(c.rows.const_data_ptr<double>(), eventStep);
   }
@@ -549,9 +550,15 @@ std::vector<Event> Recorder::closeEndedWindow(int64_t& openEndMs) {
     // Read on this clock, as onStep() reads it: a later step change never
     // sees a time before the window closed here.
     const int64_t now = readClock(ClockSource::PRECISE);
+    const int64_t length = options_.windowSize.count();
+    if (now >= windowEndMs_ && lastStep_ == currentStep()) {
+      // A window landed at this step already: this one waits for the step
+      // to move (the timer looks again a window later).
+      openEndMs = (now / length + 1) * length;
+      return {};
+    }
     if (now >= windowEndMs_) {
       closed = closeLocked(currentStep());
-      const int64_t length = options_.windowSize.count();
       windowEndMs_ = (now / length + 1) * length;
     }
     openEndMs = windowEndMs_;
@@ -674,7 +681,9 @@ void Recorder::close() {
   std::optional<Closed> closed;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (removed_) {
+    // A second close() at one step leaves what came since for the next
+    // window, rather than land a second window on that step.
+    if (removed_ || lastStep_ == closeStep()) {
       return;
     }
     closed = closeLocked(closeStep());

@@ -322,6 +322,10 @@ class TORCH_MONITOR_API Recorder
   std::atomic<int64_t> ownSteps_{0}; // optimizer steps, when no step is set
   int64_t windowIndex_ = 0; // the open window: step / windowSteps, or time
   int64_t windowEndMs_ = 0; // time windows: end of the open one
+  // The step the last window read was stamped with: a time window ending
+  // at that step again stays open until the step moves, so that no two
+  // windows of a key land on one step (TensorBoard would keep one).
+  std::optional<int64_t> lastStep_;
   std::vector<int64_t> histogramStep_; // per key: last step written
   // Layout (device, then the sizes) -> its segment bounds.
   std::map<std::vector<int64_t>, SegmentOffsets> segmentOffsets_;
