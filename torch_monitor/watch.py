@@ -14,6 +14,7 @@ tensor hooks and the optimizer's step hooks.
 import datetime
 import numbers
 import re
+import sys
 import warnings as _warnings
 import weakref
 from typing import Callable, Iterable, List, Literal, Optional, Pattern, Sequence, Union, get_args
@@ -141,6 +142,23 @@ class _GradHook(_WatchHook):
         return None
 
 
+class _ShardGradHook(_GradHook):
+    """Post-accumulate-grad hook of a sharded parameter (FSDP2 assigns its
+    reduced gradient, which no tensor hook sees): observes this rank's shard."""
+
+    def __call__(self, parameter):
+        with torch.no_grad():
+            return super().__call__(parameter.grad.to_local())
+
+
+def _is_sharded(p) -> bool:
+    """Whether ``p`` is a DTensor (FSDP2, tensor parallel), whose values are
+    its local shard. No DTensor exists before torch.distributed.tensor is
+    imported, so nothing is imported here."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and isinstance(p, dtensor.DTensor)
+
+
 class Watch:
     """What ``watch()`` returns: the hooks it added and the recorder that
     windows their statistics. ``remove()`` (or leaving a ``with`` block)
@@ -155,6 +173,10 @@ class Watch:
         self._gate = recorder.gate()
         self._handles: list = []
         self._removed = False
+        # (local view, DTensor parameter): the optimizer hooks observe a
+        # sharded parameter's local shard, whose gradient (a DTensor's
+        # too) reaches the view for the length of each step.
+        self._shards: list = []
 
     @property
     def keys(self) -> List[str]:
@@ -228,10 +250,16 @@ class Watch:
 
     def _before_step(self, optimizer, args, kwargs) -> None:
         self._check_what_is_watched(optimizer)
+        if self._shards:
+            with torch.no_grad():
+                for local, p in self._shards:
+                    local.grad = None if p.grad is None else p.grad.to_local()
         self._recorder.before_step()
 
     def _after_step(self, optimizer, args, kwargs) -> None:
         self._recorder.after_step()
+        for local, _ in self._shards:
+            local.grad = None  # the gradient's memory is the optimizer's to free
 
 
 def _pattern(value, name) -> Optional[str]:
@@ -467,10 +495,19 @@ def watch(
     # C++ as a C++ Watch's step() does), or by tensor hooks without one.
     if "grad" in by_kind and optimizer is None:
         for key, _, p in by_kind["grad"]:
-            handles.append(p.register_hook(_GradHook(w, key)))
+            if _is_sharded(p):
+                handles.append(p.register_post_accumulate_grad_hook(_ShardGradHook(w, key)))
+            else:
+                handles.append(p.register_hook(_GradHook(w, key)))
     if optimizer is not None:
         stepped = [(k, p) for kind in ("grad", "weight", "update") for k, _, p in by_kind.get(kind, ())]
-        recorder.watch_steps([k for k, _ in stepped], [p for _, p in stepped])
+        locals_ = {}  # one view per sharded parameter
+        with torch.no_grad():
+            for _, p in stepped:
+                if _is_sharded(p) and id(p) not in locals_:
+                    locals_[id(p)] = p.to_local()
+                    w._shards.append((locals_[id(p)], p))
+        recorder.watch_steps([k for k, _ in stepped], [locals_.get(id(p), p) for _, p in stepped])
         w._optimized_ids = in_optimizer
         watched = {id(p) for _, p in stepped}
         w._parameter_places = []  # a scripted module's cannot be replaced from Python

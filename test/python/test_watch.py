@@ -1465,3 +1465,90 @@ def test_the_kinds_type_is_the_kinds_the_core_takes():
     assert named == list(kinds)
     for kind in kinds:
         torch.classes.torch_monitor.Watch(["fc"], [kind], 1, 0.0, 1, 0, None, False, False, "cpu").remove()
+
+
+SHARDED_SCRIPT = """
+import json, sys, time
+import torch, torch.distributed as dist
+import torch_monitor as tm
+from torch.distributed.fsdp import fully_shard
+
+rank, init, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 3))  # 6 and 3 rows: uneven
+for layer in model:
+    fully_shard(layer)
+fully_shard(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+memory = tm.MemoryHandler()
+memory.register()
+windows = lambda: [e.data for e in memory.events() if e.name == tm.WATCH_EVENT]
+full = lambda tensors: {n: t.full_tensor().tolist() for n, t in tensors}
+
+w = tm.watch(model, optimizer, what=("grad", "weight", "update"), window_steps=1, sync_ranks=True)
+tm.set_step(0)
+optimizer.zero_grad()
+torch.manual_seed(1 + rank)
+model(torch.randn(5, 4)).sum().backward()
+before = full(model.named_parameters())
+grads = full((n, p.grad) for n, p in model.named_parameters())
+optimizer.step()
+after = full(model.named_parameters())
+tm.set_step(1)  # step 0's window closes; rank 0 logs the merge
+deadline = time.monotonic() + 60
+while rank == 0 and not windows() and time.monotonic() < deadline:
+    time.sleep(0.01)
+merged = windows()
+w.remove()
+
+# Without an optimizer each rank observes its own shards, as FSDP2 assigns
+# the reduced gradients (no tensor hook sees them).
+memory.clear()
+w = tm.watch(model, window_steps=1)
+tm.set_step(10)
+optimizer.zero_grad()
+model(torch.randn(5, 4)).sum().backward()
+shards = {n: p.grad.to_local().tolist() for n, p in model.named_parameters()}
+tm.set_step(11)
+own = windows()
+w.remove()
+json.dump(dict(merged=merged, before=before, grads=grads, after=after, own=own, shards=shards), open(out, "w"))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+# What merges exactly across shards: sums add, extremes take extremes. A
+# key's .norm (and .norm_max, .ratio) is each rank's own shard's, averaged.
+SHARD_EXACT = ("rms", "mean", "min", "max", "abs_max", "nonfinite", "zero_frac")
+
+
+def test_fsdp2_sharded_parameters_are_watched_by_their_shards(tmp_path):
+    """FSDP2's parameters and gradients are DTensors: the watch observes each
+    rank's local shard, so that the merged window of a key is the statistics
+    of the whole tensor (the optimizer's step raised before)."""
+    script = tmp_path / "sharded.py"
+    script.write_text(SHARDED_SCRIPT)
+    init = f"file://{tmp_path / 'store'}"
+    isolated.run_ranks(
+        [[sys.executable, "-P", str(script), str(r), init, str(tmp_path / f"rank{r}.json")] for r in (0, 1)],
+        timeout=180,
+    )
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    oracle = Oracle()
+    rank0 = results[0]
+    for name, grad in rank0["grads"].items():
+        as_tensor = lambda values: torch.tensor(values, dtype=torch.float32)
+        oracle.add(f"{name}.grad", 0, as_tensor(grad))
+        oracle.add(f"{name}.weight", 0, as_tensor(rank0["after"][name]))
+        oracle.add_update(f"{name}.update", 0, as_tensor(rank0["after"][name]), as_tensor(rank0["before"][name]))
+    want = {k: v for k, v in oracle.window(0, 1).items() if k.rpartition(".")[2] in SHARD_EXACT}
+    (merged,) = rank0["merged"]
+    assert_data({k: merged[k] for k in want}, want, rel=1e-9)
+    assert results[1]["merged"] == []  # rank 0 logs the merge
+    for result in results:
+        own = Oracle()
+        for name, shard in result["shards"].items():
+            own.add(f"{name}.grad", 10, torch.tensor(shard, dtype=torch.float32))
+        (window,) = result["own"]
+        assert_data(window, own.window(10, 11), rel=1e-9)
