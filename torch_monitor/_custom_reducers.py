@@ -59,12 +59,17 @@ def _method_of(reducer: Any, name: str) -> Callable:
 
 
 def install_fold(reducer: Any) -> None:
-    """Makes the C++ history of ``reducer`` fold (and interpolate, when
-    defined) with its Python methods."""
-    fold = _method_of(reducer, "fold")
+    """Makes the C++ history of ``reducer`` fold and interpolate with its
+    Python methods, those it defines (a subclass of a built-in reducer may
+    define interpolate only)."""
+    fold_inputs: Optional[Callable] = None  # None: the kind's
+    if overrides(type(reducer), "fold"):
+        fold = _method_of(reducer, "fold")
 
-    def fold_inputs(inputs: List[Tensor], state: Optional[Tensor]) -> Tensor:
-        return fold(*inputs, state)
+        def python_fold(inputs: List[Tensor], state: Optional[Tensor]) -> Tensor:
+            return fold(*inputs, state)
+
+        fold_inputs = python_fold
 
     interpolate = (
         _method_of(reducer, "interpolate")

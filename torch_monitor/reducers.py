@@ -226,7 +226,7 @@ class FoldReducer(nn.Module):
         _OWNERS[self.script_reducer] = self
         if fn is not None:
             _C._set_python_criterion(self.script_reducer, fn)
-        if _overrides(type(self), "fold"):
+        if _overrides(type(self), "fold") or _overrides(type(self), "interpolate"):
             _custom.install_fold(self)
 
     def _monitor_feed(self) -> Any:

@@ -70,7 +70,7 @@ void setPythonCriterion(py::handle reducer, py::object fn) {
 }
 
 // `fold(inputs, state)` (a list of tensors and the previous state or None)
-// and `interpolate(prev, next, sample_at, step_time)` (or None for the
+// and `interpolate(prev, next, sample_at, step_time)` (each None for the
 // kind's) replace the kind's: a Python reducer subclass's own methods. They
 // run with the GIL, also when scripted code calls forward.
 void setPythonFold(
@@ -79,17 +79,19 @@ void setPythonFold(
     py::object interpolate,
     std::string description) {
   FoldReducer& target = foldOf(reducer);
-  auto foldFn = std::make_shared<PyRef>(std::move(fold));
   auto custom = std::make_shared<FoldReducer::CustomFold>();
   custom->description = description;
-  custom->fold = [foldFn, description](
-                     const std::vector<at::Tensor>& inputs,
-                     const std::optional<at::Tensor>& state) {
-    py::gil_scoped_acquire gil;
-    // std::nullopt is None, a list of tensors a Python list.
-    return tensorFromPython(
-        foldFn->get()(inputs, state), description + ".fold's result");
-  };
+  if (!fold.is_none()) { // None: the kind's (a built-in reducer's subclass)
+    auto foldFn = std::make_shared<PyRef>(std::move(fold));
+    custom->fold = [foldFn, description](
+                       const std::vector<at::Tensor>& inputs,
+                       const std::optional<at::Tensor>& state) {
+      py::gil_scoped_acquire gil;
+      // std::nullopt is None, a list of tensors a Python list.
+      return tensorFromPython(
+          foldFn->get()(inputs, state), description + ".fold's result");
+    };
+  }
   if (!interpolate.is_none()) {
     auto interpolateFn = std::make_shared<PyRef>(std::move(interpolate));
     custom->interpolate = [interpolateFn, description](
@@ -163,8 +165,8 @@ void initCustomReducers(py::module_& m) {
       py::arg("fold"),
       py::arg("interpolate"),
       py::arg("description"),
-      "makes a Python reducer's fold(inputs, state) and interpolate (or None) "
-      "those of a torch.classes.torch_monitor.Reducer");
+      "makes a Python reducer's fold(inputs, state) and interpolate (each "
+      "None for the kind's) those of a torch.classes.torch_monitor.Reducer");
   m.def(
       "_python_reducer",
       [](py::object reducer) {

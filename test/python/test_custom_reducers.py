@@ -109,6 +109,28 @@ def test_fold_with_two_inputs_and_default_interpolation():
     assert_same(ours.view(0.3), theirs.view(0.3))
 
 
+@pytest.mark.parametrize("kind, args", [("PassthroughReducer", (DT, DURATION)), ("EMAReducer", (DT, 0.5, DURATION))])
+def test_a_builtin_reducer_subclass_interpolates_its_own_way_like_inferno(kind, args):
+    """Only interpolate() overridden: the kind's fold, the subclass's view()
+    between steps (the kind's own interpolation ran instead)."""
+
+    def linear(base):
+        class Linear(base):
+            def interpolate(self, prev_data, next_data, sample_at, step_time):
+                return prev_data + (next_data - prev_data) * (sample_at / step_time) + 1000
+
+        return Linear
+
+    ours = linear(getattr(tm, kind))(*args)
+    theirs = linear(getattr(inferno_observe, kind))(*args)
+    for x in inputs():
+        ours(x)
+        theirs(x)
+    assert_same(ours.dump(), theirs.dump())
+    for time in (0.0, 0.2, 0.7, 1.25):
+        assert_same(ours.view(time), theirs.view(time))
+
+
 def test_fold_subclass_feeds_a_monitor_like_inferno():
     ours_module, theirs_module = Monitored(), Monitored()
     ours = tm.DifferenceMonitor(max_reducer(tm.FoldReducer)(DT, DURATION), "state", ours_module)

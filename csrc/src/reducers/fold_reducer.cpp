@@ -77,10 +77,10 @@ void FoldReducer::checkCriterion(const Criterion& criterion) const {
 
 void FoldReducer::checkInputs(const std::vector<at::Tensor>& inputs) const {
   TORCH_CHECK_VALUE(
-      custom_ ? !inputs.empty() : inputs.size() == arity(),
+      ownFold() ? !inputs.empty() : inputs.size() == arity(),
       name(),
       ".forward takes ",
-      custom_ ? "at least one tensor" : inputsWord(arity()),
+      ownFold() ? "at least one tensor" : inputsWord(arity()),
       ", got ",
       inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -100,7 +100,7 @@ void FoldReducer::checkInputs(const std::vector<at::Tensor>& inputs) const {
         x.device(),
         "')) or the input to ",
         device());
-    if (history_.allocated() && !custom_) { // a custom fold may reshape
+    if (history_.allocated() && !ownFold()) { // a custom fold may reshape
       TORCH_CHECK_VALUE(
           x.sizes() == history_.stateShape(),
           name(),
@@ -122,7 +122,7 @@ void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
   at::Tensor state;
   {
     std::optional<at::Tensor> previous;
-    if (hasState_ && (custom_ || kind_.fold != FoldRule::Passthrough)) {
+    if (hasState_ && (ownFold() || kind_.fold != FoldRule::Passthrough)) {
       previous = history_.row(1);
     }
     state = fold(inputs, previous);
@@ -132,7 +132,7 @@ void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
   state = asState(state);
   // A wrong state comes from the user's fold when there is one, else from a
   // criterion (the kinds' own folds keep the shape and device).
-  const std::string culprit = custom_
+  const std::string culprit = ownFold()
       ? "does " + custom_->description + ".fold return"
       : std::string("does the criterion return");
   if (history_.allocated()) {
@@ -145,7 +145,7 @@ void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
         history_.stateShape(),
         " (",
         culprit,
-        custom_ ? " a state of that shape? clear() starts a history of another "
+        ownFold() ? " a state of that shape? clear() starts a history of another "
                   "shape)"
                 : " a mask shaped like its input?)");
   }
@@ -158,7 +158,7 @@ void FoldReducer::forward(const std::vector<at::Tensor>& inputs) {
       device(),
       " (",
       culprit,
-      custom_ ? " its state on the inputs' device?)"
+      ownFold() ? " its state on the inputs' device?)"
               : " its mask on the input's device?)");
   history_.push(state, inplace_);
   hasState_ = true;
@@ -170,7 +170,7 @@ bool FoldReducer::forwardInto(
     const std::function<void(at::Tensor& row)>& write) {
   detail::BlockingLock guard(mutex_);
   // Anything forward() would cast, reject or fold goes through forward().
-  if (custom_ || kind_.fold != FoldRule::Passthrough || !like.defined() ||
+  if (ownFold() || kind_.fold != FoldRule::Passthrough || !like.defined() ||
       like.scalar_type() != dtype() || like.device() != device() ||
       (history_.allocated() && like.sizes() != history_.stateShape())) {
     return false;
@@ -466,9 +466,9 @@ void FoldReducer::setStorage(const at::Tensor& storage) {
 
 void FoldReducer::setCustomFold(std::shared_ptr<const CustomFold> custom) {
   TORCH_CHECK_VALUE(
-      custom == nullptr || custom->fold,
+      custom == nullptr || custom->fold || custom->interpolate,
       kind(),
-      ": a custom fold needs a fold function");
+      ": a custom fold needs a fold or an interpolate function");
   detail::BlockingLock guard(mutex_);
   custom_ = std::move(custom);
 }
@@ -565,6 +565,10 @@ at::Device FoldReducer::device() const {
   return history_.storage().device();
 }
 
+bool FoldReducer::ownFold() const noexcept {
+  return custom_ != nullptr && static_cast<bool>(custom_->fold);
+}
+
 std::string FoldReducer::name() const {
   return custom_ ? custom_->description : kind_.name;
 }
@@ -603,7 +607,7 @@ at::Tensor FoldReducer::matches(
 at::Tensor FoldReducer::fold(
     const std::vector<at::Tensor>& inputs,
     const std::optional<at::Tensor>& state) const {
-  if (custom_) {
+  if (ownFold()) {
     return custom_->fold(inputs, state);
   }
   // The event fold needs only the matches: spare it the cast.

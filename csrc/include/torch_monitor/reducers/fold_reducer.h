@@ -59,7 +59,9 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   // Thread safety: immutable once installed; the functions are called with
   // the reducer's lock held, one step at a time.
   struct CustomFold {
-    // (inputs, previous state or nullopt at the first step) -> new state.
+    // (inputs, previous state or nullopt at the first step) -> new state;
+    // empty: the kind's fold (a subclass of a built-in reducer that
+    // interpolates its own way).
     std::function<at::Tensor(
         const std::vector<at::Tensor>& inputs,
         const std::optional<at::Tensor>& state)>
@@ -171,6 +173,8 @@ class TORCH_MONITOR_API FoldReducer : public Reducer {
   // Who messages name: the user's fold (its description) when there is
   // one, else the kind. Callers hold the lock.
   std::string name() const;
+  // Whether the user's fold replaces the kind's. Callers hold the lock.
+  bool ownFold() const noexcept;
   // `x` cast to the history's dtype.
   at::Tensor asState(const at::Tensor& x) const;
   // Throws c10::ValueError unless view()'s tolerance is finite and >= 0.
