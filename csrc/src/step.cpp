@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/detail/call_each.h>
+#include <torch_monitor/detail/fork_safe_locks.h>
 #include <torch_monitor/detail/text.h>
 
 namespace torch_monitor {
@@ -24,6 +25,8 @@ using Listeners = std::vector<std::shared_ptr<StepListener>>;
 // listeners) without deadlocking.
 struct StepListenerRegistry {
   std::mutex mutex;
+  // Taken on every set_step(): a child of fork() finds it free.
+  ForkSafeLocks forkLocks{ForkLockMode::kInner, {&mutex}};
   std::shared_ptr<const Listeners> listeners;
   std::atomic<bool> any{false};
 

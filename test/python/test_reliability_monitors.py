@@ -280,6 +280,71 @@ def test_fork_while_threads_run_monitored_forwards():
     assert out.stdout.startswith("ok")
 
 
+def test_fork_while_threads_step_and_observe_a_watch():
+    # A watch's locks (its recorder's, the registry of recorders, the list
+    # of step listeners every set_step() reads) are reset for a forked
+    # child, which then steps and observes the same watch. The parent's
+    # threads observe outputs in inference mode (away from autograd's own
+    # per-tensor lock, which is not fork-safe: see the test above).
+    out = run_isolated(
+        """
+        import faulthandler
+        import os
+        import threading
+        import torch
+        from torch import nn
+        import torch_monitor as tm
+
+        torch.set_num_threads(1)
+        net = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+        w = tm.watch(net, what="output", window_steps=3)
+        stop = threading.Event()
+
+        def forwards():
+            x = torch.randn(1, 8)
+            with torch.inference_mode():
+                while not stop.is_set():
+                    net(x)
+
+        def steps():
+            step = 0
+            while not stop.is_set():
+                step += 1
+                tm.set_step(step)
+
+        for step in range(3):
+            tm.set_step(step)
+            with torch.inference_mode():
+                net(torch.randn(1, 8))
+        pool = [threading.Thread(target=forwards), threading.Thread(target=steps)]
+        for t in pool:
+            t.start()
+        children = []
+        for _ in range(60):
+            pid = os.fork()
+            if pid == 0:
+                faulthandler.dump_traceback_later(30, exit=True)
+                for step in range(10):
+                    tm.set_step(step)
+                    with torch.inference_mode():
+                        net(torch.randn(1, 8))
+                w.close()
+                os._exit(0)
+            children.append(pid)
+        stop.set()
+        for t in pool:
+            t.join()
+        for pid in children:
+            _, status = os.waitpid(pid, 0)
+            assert status == 0, status
+        w.remove()
+        print("ok")
+        """,
+        timeout=150,
+    )
+    assert out.stdout.startswith("ok")
+
+
 @pytest.mark.parametrize(
     "value",
     ["cyclic_list", "deep_list", "deep_tuple"],

@@ -57,6 +57,8 @@ void dispatchAll(const std::vector<Event>& events) {
 // destruction's order (a Python object freed at exit).
 struct Registry {
   std::mutex mutex;
+  // Taken by every observation: a child of fork() finds it free.
+  detail::ForkSafeLocks forkLocks{detail::ForkLockMode::kInner, {&mutex}};
   std::unordered_map<int64_t, std::weak_ptr<Recorder>> byId;
   int64_t nextId = 1;
   int64_t synced = 0; // recorders that sync ranks, for their Store names

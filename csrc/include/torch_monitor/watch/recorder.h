@@ -28,6 +28,7 @@
 #include <c10/core/Event.h>
 #include <c10/util/ArrayRef.h>
 
+#include <torch_monitor/detail/fork_safe_locks.h>
 #include <torch_monitor/event.h>
 #include <torch_monitor/export.h>
 #include <torch_monitor/watch/non_finite.h>
@@ -316,6 +317,10 @@ class TORCH_MONITOR_API Recorder
   std::unique_ptr<Timed> timed_; // joined to the window timer
 
   mutable std::mutex mutex_;
+  // A child of fork() gets mutex_ back unlocked, whoever held it (a close
+  // reading the device may hold it long: fork() does not wait for it).
+  detail::ForkSafeLocks forkLocks_{
+      detail::ForkLockMode::kResetInChild, {&mutex_}};
   at::Tensor slots_;
   at::Tensor gate_;
   int64_t gateValue_ = 0; // what gate_ holds
