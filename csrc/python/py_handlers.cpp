@@ -9,6 +9,7 @@
 
 #include <torch_monitor/event_handler.h>
 #include <torch_monitor/script/watch.h>
+#include <torch_monitor/sinks/sink.h>
 #include <torch_monitor/watch/non_finite.h>
 
 namespace torch_monitor::python {
@@ -189,6 +190,14 @@ void initHandlers(py::module_& m) {
         // A native sink (torch_monitor.TensorBoardWriter, ...) is registered
         // as the C++ handler it is: no GIL, no Python in the event path.
         if (auto native = nativeEventHandler(callable)) {
+          // As sink.register() refuses it: a closed sink would drop every
+          // event without counting it.
+          const auto* sink = dynamic_cast<const sinks::Sink*>(native.get());
+          if (sink != nullptr && sink->closed()) {
+            throw py::value_error(
+                "register_event_handler: " + sink->description() +
+                " is closed; make a new sink to register");
+          }
           registerEventHandler(native);
           return EventHandlerHandle{std::move(native)};
         }

@@ -170,6 +170,13 @@ void Stat<T>::add(const at::Tensor& values) {
       "': cannot add a tensor on the meta device, which holds no values; add "
       "the tensor computed on a real device");
   TORCH_CHECK_TYPE(
+      values.layout() == at::kStrided,
+      "Stat '",
+      name(),
+      "' takes dense tensors, got a ",
+      values.layout(),
+      " tensor; add values.to_dense() (or a sparse tensor's values())");
+  TORCH_CHECK_TYPE(
       !kInt || !at::isFloatingType(values.scalar_type()),
       "IntStat '",
       name(),
@@ -188,6 +195,16 @@ void Stat<T>::add(const at::Tensor& values) {
   }
   const bool onDevice =
       !values.device().is_cpu() || test_hooks::cpuTensorsTakeDevicePath();
+  // An int64 sample cannot hold a uint64 past 2**63 - 1: refused rather than
+  // wrapped, as an int add() is. Only the host can see the values.
+  const bool wide = kInt && values.scalar_type() == at::kUInt64;
+  TORCH_CHECK_TYPE(
+      !(wide && onDevice),
+      "IntStat '",
+      name(),
+      "' takes uint64 tensors on the CPU only (whether each element fits in "
+      "an int64 would need the device's values now); add values.to(torch.int64) "
+      "when they fit");
   if (onDevice && !this->capped_) {
     // Autograd never sees it: TensorWindow runs below it.
     this->addOnDevice(values);
@@ -197,6 +214,21 @@ void Stat<T>::add(const at::Tensor& values) {
   // switch and a load, about what float(t) costs.
   const at::Tensor host =
       (values.device().is_cpu() ? values : values.cpu()).contiguous();
+  if (wide) {
+    const uint64_t* elements = host.const_data_ptr<uint64_t>();
+    for (int64_t i = 0, n = host.numel(); i < n; ++i) {
+      TORCH_CHECK_VALUE(
+          elements[i] <= uint64_t(std::numeric_limits<int64_t>::max()),
+          "IntStat '",
+          name(),
+          "': element ",
+          i,
+          " of the uint64 tensor, ",
+          elements[i],
+          ", does not fit in an int64 sample (nothing of the tensor was "
+          "added); use a Stat for such values");
+    }
+  }
   // Every dtype a tensor holds real values in, as the device path takes.
   AT_DISPATCH_V2(
       host.scalar_type(),

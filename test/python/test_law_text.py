@@ -118,3 +118,40 @@ def test_every_string_of_a_saved_state_is_checked_when_loaded(cls_name, tmp_path
             with pytest.raises((ValueError, RuntimeError), match="NUL|not a|must name|unknown|no attribute"):
                 loaded = _C._restore_script_object(cls_name, bad)
                 law.close(loaded)
+
+
+# Example calls of the methods with text arguments that the shared table of
+# test_same_call_every_world.py lacks (Event has no face there).
+EVENT_SETTERS = {
+    "set_float": {"key": "k", "value": 1.5},
+    "set_int": {"key": "k", "value": 2},
+    "set_bool": {"key": "k", "value": True},
+    "set_str": {"key": "k", "value": "v"},
+}
+
+
+@pytest.mark.parametrize("cls_name", [c for c in law.CLASSES if c in law.SAMPLES or c == "Event"])
+def test_every_text_argument_of_a_method_is_refused_with_a_nul_by_the_method(cls_name, tmp_path):
+    """Methods too (a TensorBoardWriter's tags went to the event file with a
+    NUL or half a character from TorchScript): each str argument of each
+    TorchScript method, called on the script object with a NUL in it, is a
+    ValueError (a NUL, or a name none of a closed set has)."""
+    import test_same_call_every_world as calls
+
+    if cls_name == "Event":
+        obj = torch.classes.torch_monitor.Event("law")
+    else:
+        obj = _C._new_script_object(
+            cls_name, (), script_arguments(concrete(law.SAMPLES[cls_name][0], tmp_path)))
+    try:
+        for schema, _doc in _C._script_methods(cls_name):
+            texts = [a.name for a in schema.arguments if str(a.type) == "str"]
+            if not texts or schema.name.startswith("__"):
+                continue
+            table = {**calls.KWARGS, **EVENT_SETTERS}
+            assert schema.name in table, f"{cls_name}.{schema.name} needs example arguments"
+            for name in texts:
+                with pytest.raises(ValueError):
+                    getattr(obj, schema.name)(**{**table[schema.name], name: "a" + NUL + "b"})
+    finally:
+        law.close(obj)

@@ -523,6 +523,9 @@ def test_register_is_idempotent_and_close_unregisters(tm):
     assert len(memory) == 1
     with pytest.raises(ValueError, match="closed"):
         memory.register()
+    # So does register_event_handler (its events would vanish uncounted).
+    with pytest.raises(ValueError, match=r"MemoryHandler\(capacity=\d+\) is closed; make a new sink"):
+        tm.register_event_handler(memory)
 
 
 def test_bad_arguments(tm, tmp_path):

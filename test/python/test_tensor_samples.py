@@ -141,7 +141,9 @@ def test_nan_and_infinities_follow_the_float_rules():
 
 
 @pytest.mark.parametrize("dtype", [d for d in REAL_DTYPES if not d.is_floating_point], ids=str)
-def test_intstat_takes_integer_tensors(dtype):
+def test_intstat_takes_integer_tensors(dtype, tensor_path):
+    if dtype == torch.uint64 and tensor_path == "device":
+        pytest.skip("refused on the device path: test_intstat_refuses_uint64_it_cannot_hold")
     values = torch.tensor([[3, 1], [4, 1]]).to(dtype)
 
     def tensors(s):
@@ -154,6 +156,31 @@ def test_intstat_takes_integer_tensors(dtype):
         s.add(5)
 
     assert_same(*windows(int_stat, tensors, items))
+
+
+def test_intstat_refuses_uint64_it_cannot_hold(tensor_path):
+    """An int64 sample cannot hold a uint64 past 2**63 - 1: refused, never
+    wrapped (to -1), as IntStat.add(2**64 - 1) is; on a device, where the
+    values cannot be seen without waiting, every uint64 tensor is."""
+    s = int_stat(f"refuse.uint64.{next(_names)}")
+    big = torch.tensor([1, 2**64 - 1], dtype=torch.uint64)
+    if tensor_path == "device":
+        with pytest.raises(TypeError, match="uint64 tensors on the CPU only"):
+            s.add(big)
+    else:
+        with pytest.raises(ValueError, match="element 1 of the uint64 tensor, 18446744073709551615, does not fit"):
+            s.add(big)
+    assert s.count == 0  # nothing of it was added
+    with pytest.raises(OverflowError):
+        s.add(2**64 - 1)
+
+
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr", "mkldnn"])
+def test_tensors_that_are_not_dense_are_refused_saying_what_to_add(layout):
+    dense = torch.eye(2)
+    values = {"sparse_coo": dense.to_sparse, "sparse_csr": dense.to_sparse_csr, "mkldnn": dense.to_mkldnn}[layout]()
+    with pytest.raises(TypeError, match=r"takes dense tensors, got a .* tensor; add values.to_dense\(\)"):
+        stat(f"refuse.{layout}.{next(_names)}").add(values)
 
 
 def test_intstat_refuses_floating_tensors_and_complex_is_refused():

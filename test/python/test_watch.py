@@ -624,6 +624,7 @@ def test_nonfinite_warn_and_callable(events):
         (dict(what=5, window_steps=10), TypeError, "what must be a kind"),
         (dict(what="grad", window_size="1s"), TypeError, "window_size must be a datetime.timedelta"),
         (dict(what="grad", window_size=0.0001), ValueError, "window_size must be at least 1 ms"),
+        (dict(what="grad", window_size=1e16), ValueError, r"window_size must be at most 86399999999999 s \(datetime.timedelta.max"),
         (dict(what="grad", window_steps=10, include=3), TypeError, "include must be a regular expression"),
         (dict(what="grad", window_steps=10, histograms_every=2, writer=42), TypeError, "writer must be"),
         (dict(what="grad", window_steps=10, writer=42), ValueError, "writer= is where histograms go"),

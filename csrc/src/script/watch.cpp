@@ -1,7 +1,6 @@
 #include <torch_monitor/script/watch.h>
 
 #include <chrono>
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -10,6 +9,7 @@
 #include <torch_monitor/script/config.h>
 #include <torch_monitor/script/sinks.h>
 #include <torch_monitor/sinks/tensorboard_writer.h>
+#include <torch_monitor/stat.h>
 #include <torch_monitor/watch/plan.h>
 
 namespace torch_monitor::script {
@@ -45,13 +45,12 @@ c10::intrusive_ptr<ScriptWatch> makeWatch(
   }
   watch::RecorderOptions options; // Recorder::create checks them
   options.windowSteps = windowSteps;
-  TORCH_CHECK_VALUE(
-      std::isfinite(windowSeconds) && windowSeconds >= 0.0,
-      "torch_monitor.watch: window_size must be a positive number of "
-      "seconds, got ",
-      windowSeconds);
-  options.windowSize = std::chrono::milliseconds(
-      static_cast<int64_t>(std::llround(windowSeconds * 1000.0)));
+  // A Stat's conversion and limits (timedelta.max): one reading of seconds.
+  try {
+    options.windowSize = windowFromSeconds(windowSeconds);
+  } catch (const c10::ValueError& e) {
+    TORCH_CHECK_VALUE(false, "torch_monitor.watch: ", e.what_without_backtrace());
+  }
   TORCH_CHECK_VALUE(
       windowSeconds == 0.0 || options.windowSize.count() > 0,
       "torch_monitor.watch: window_size must be at least 1 ms");

@@ -18,6 +18,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/detail/lifecycle.h>
+#include <torch_monitor/detail/text.h>
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
 #include <torch_monitor/sinks/format/histogram.h>
 #include <torch_monitor/sinks/format/tensorboard.h>
@@ -440,6 +441,8 @@ void TensorBoardWriter::addScalar(
     double value,
     std::optional<int64_t> step,
     double wallTime) {
+  // Here, so that every world's call is checked (TorchScript's too).
+  torch_monitor::detail::checkText(tag, "TensorBoardWriter tag");
   impl_->appendPoint(
       tag,
       step,
@@ -458,6 +461,7 @@ void TensorBoardWriter::addScalar(
     const at::Tensor& value,
     std::optional<int64_t> step,
     double wallTime) {
+  torch_monitor::detail::checkText(tag, "TensorBoardWriter tag");
   TORCH_CHECK_VALUE(
       value.defined() && value.numel() == 1,
       "TensorBoardWriter.add_scalar: value must be a number or a one-element "
@@ -488,6 +492,7 @@ void TensorBoardWriter::addHistogram(
     const at::Tensor& values,
     std::optional<int64_t> step,
     double wallTime) {
+  torch_monitor::detail::checkText(tag, "TensorBoardWriter tag");
   if (readsLater(values)) {
     // Type and emptiness are checked here; "no value in range" needs the
     // values, so it is reported when the point is written.
