@@ -66,6 +66,7 @@ from ._spellings import (  # noqa: E402  (the faces of the C++ objects and ops)
     WaitCounter,
     WaitCounterTracker,
     get_step,
+    live_stat_names,
     set_step,
 )
 from . import _events, _faces, _internals  # noqa: E402,F401  (log_event(name, data), traceable)
@@ -148,6 +149,7 @@ __all__ = [
     "flush_rank_sync",
     "set_default_rank_group",
     "get_step",
+    "live_stat_names",
     "set_process_rank",
     "process_rank",
     "TensorboardEventHandler",

@@ -136,18 +136,27 @@ def _returns_nothing_fake(*args, **kwargs):
     return None
 
 
-def _get_step_fake(*args, **kwargs):
-    raise RuntimeError(
-        "torch.ops.torch_monitor.get_step() cannot be called inside code that "
-        "torch.compile or torch.export traces: the training step is known only "
-        "when the graph runs. Read it outside the compiled or exported function "
-        "(setting it, with set_step, is traceable)."
-    )
+def _untraceable(op: str, known: str, tail: str = ""):
+    """The fake of an op whose result is known only when the graph runs."""
+
+    def fake(*args, **kwargs):
+        raise RuntimeError(
+            f"torch.ops.torch_monitor.{op}() cannot be called inside code that "
+            f"torch.compile or torch.export traces: {known} is known only "
+            "when the graph runs. Read it outside the compiled or exported "
+            f"function{tail}."
+        )
+
+    return fake
 
 
 #: Ops whose result PyTorch 2 cannot know while tracing: their fakes raise,
 #: naming the op, rather than fail somewhere inside the tracer.
-_UNTRACEABLE_OPS = {"torch_monitor::get_step": _get_step_fake}
+_UNTRACEABLE_OPS = {
+    "torch_monitor::get_step": _untraceable(
+        "get_step", "the training step", " (setting it, with set_step, is traceable)"),
+    "torch_monitor::live_stat_names": _untraceable("live_stat_names", "which Stats are alive"),
+}
 
 # The other ops (log_event(Event), log_event_values, the op of
 # log_event(name, data), see _events; set_step, see _spellings) return nothing:

@@ -412,6 +412,14 @@ set_step = _faces.make_op_face(
     Traceable by torch.compile and torch.export (the op runs with the graph,
     in order). Costs a few microseconds, once per training step.""",
 )
+live_stat_names = _faces.make_op_face(
+    "live_stat_names",
+    Spelling(),
+    """The names of the Stats alive now, sorted, for exporters and debugging:
+    every Stat and IntStat in any world (Python, TorchScript, C++), those of
+    WaitCounters and of capture_pytorch_counters' keys included; a name twice
+    for two Stats of one name. Not traceable (known only when a graph runs).""",
+)
 get_step = _faces.make_op_face(
     "get_step",
     Spelling(),

@@ -314,6 +314,10 @@ void closeAllStats() noexcept {
   detail::closeAllLiveStats();
 }
 
+std::vector<std::string> liveStatNames() {
+  return detail::liveStatNames();
+}
+
 // Memory per stat is a target of the project (at most 1.4x torch.monitor's
 // from Python, where the TorchScript holder and the Python object come on
 // top: 200 bytes here make the holder's heap block 224): a new field must

@@ -235,6 +235,27 @@ TEST(StatWindow, LongestWindowIsTimedeltaMax) {
   }
 }
 
+// The live Stats by name, sorted, each while it lives (a name twice for two
+// Stats of one name).
+TEST(LiveStatNames, ListEveryLiveStatWhileItLives) {
+  const auto mine = [] {
+    std::vector<std::string> out;
+    for (const std::string& name : liveStatNames()) {
+      if (name.rfind("names.", 0) == 0) {
+        out.push_back(name);
+      }
+    }
+    return out;
+  };
+  auto b = std::make_unique<Stat<double>>(
+      "names.b", std::vector<Aggregation>{SUM}, std::chrono::seconds(60));
+  Stat<int64_t> a("names.a", {SUM}, std::chrono::seconds(60));
+  Stat<double> again("names.a", {MAX}, std::chrono::seconds(60));
+  EXPECT_EQ(mine(), (std::vector<std::string>{"names.a", "names.a", "names.b"}));
+  b.reset();
+  EXPECT_EQ(mine(), (std::vector<std::string>{"names.a", "names.a"}));
+}
+
 // Names reach handlers, Python and JSON: they must be UTF-8 without NUL.
 TEST(StatName, InvalidUtf8AndNulAreRejected) {
   const std::vector<std::pair<std::string, std::string>> cases = {

@@ -89,6 +89,7 @@ VALID_CALLS = {
     ],
     "torch_monitor::set_step": [_step_call((7,), lambda: repr(tm.get_step()))],
     "torch_monitor::get_step": [_step_call((), lambda: "")],
+    "torch_monitor::live_stat_names": [lambda: Call((), lambda: "")],
 }
 
 _COPIED = "read through a contiguous copy"
@@ -122,6 +123,10 @@ OPCHECK_SKIPS = {
         "on the Event); the op takes no tensor, so no tensor aliasing or mutation is left to check",
     },
     "torch_monitor::get_step": {
+        "test_faketensor": "its result is known only when the graph runs: its fake raises on purpose",
+        "test_aot_dispatch_dynamic": "its result is known only when the graph runs: it cannot be traced",
+    },
+    "torch_monitor::live_stat_names": {
         "test_faketensor": "its result is known only when the graph runs: its fake raises on purpose",
         "test_aot_dispatch_dynamic": "its result is known only when the graph runs: it cannot be traced",
     },

@@ -306,6 +306,7 @@ def test_every_op_passes_opcheck():
     """torch.library.opcheck on each torch_monitor op (schema, fake kernel,
     dispatch); log_event_values has its own in test_pt2_sinks.py, set_step
     and get_step (not traceable: its fake raises) in test_steps.py,
+    live_stat_names (not traceable either) in test_python_api.py,
     watch_observe_ in test_watch.py."""
     names = {s.name for s in torch._C._jit_get_all_schemas() if s.name.startswith("torch_monitor::")}
     assert names == {
@@ -313,6 +314,7 @@ def test_every_op_passes_opcheck():
         "torch_monitor::log_event_values",
         "torch_monitor::set_step",
         "torch_monitor::get_step",
+        "torch_monitor::live_stat_names",
         "torch_monitor::watch_observe_",
     }, (
         "a new op needs an opcheck here"

@@ -305,3 +305,26 @@ def test_scripted_stat_constructor_errors():
         Stat("x", ["mean"], 1.0, 0)
     stat = torch.classes.torch_monitor.IntStat("n", [3, 4], 2)
     assert stat.aggregations() == ["count", "sum"] and stat.window_size_ms() == 2000
+
+
+def test_live_stat_names_lists_every_live_stat_of_every_world():
+    """For exporters and debugging (monitor-core.md, "Helpers worth having"):
+    the Stats alive now, made in Python or TorchScript, an IntStat, a
+    WaitCounter's; gone once destroyed. The op is the same list."""
+    scripted = torch.classes.torch_monitor.Stat("live.scripted", ["sum"], 60.0)
+    made = [tm.Stat("live.b", [tm.SUM], 60), tm.IntStat("live.a", [tm.SUM], window_steps=2),
+            tm.WaitCounter("live.counter", 60)]
+    names = [n for n in tm.live_stat_names() if n.startswith("live.")]
+    assert names == ["live.a", "live.b", "live.counter", "live.scripted"]
+    assert torch.ops.torch_monitor.live_stat_names() == tm.live_stat_names()
+    del made[0]
+    del scripted
+    assert [n for n in tm.live_stat_names() if n.startswith("live.")] == ["live.a", "live.counter"]
+
+
+def test_live_stat_names_is_not_traceable_and_says_so():
+    def reads(x):
+        return x + len(torch.ops.torch_monitor.live_stat_names())
+
+    with pytest.raises(Exception, match="live_stat_names"):
+        torch.compile(reads, fullgraph=True, backend="aot_eager")(torch.ones(1))

@@ -244,6 +244,12 @@ TORCH_MONITOR_API double secondsOfWindow(std::chrono::milliseconds window);
 // Thread safety: callable from any thread, concurrently with every Stat API.
 TORCH_MONITOR_API void closeAllStats() noexcept;
 
+// The names of the Stats alive now, sorted, for exporters and debugging:
+// every Stat and IntStat, those of WaitCounters and of a PyTorch counter
+// capture's keys included (a name twice for two Stats of one name).
+// Thread safety: callable from any thread, concurrently with every Stat API.
+TORCH_MONITOR_API std::vector<std::string> liveStatNames();
+
 namespace test_hooks {
 // Routes CPU tensors through the path other devices' tensors take (their
 // summaries kept as tensors until the window closes), so that tests on a

@@ -1,5 +1,7 @@
 #include <torch_monitor/engine/live_stats.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -175,6 +177,21 @@ void stepWentBack(int64_t step, std::optional<int64_t> previous) {
     });
   }
   callEach(events, [](const Event& event) { dispatchEvent(event); });
+}
+
+std::vector<std::string> liveStatNames() {
+  std::vector<std::string> names;
+  {
+    auto& r = LiveStatRegistry::get();
+    std::lock_guard<std::mutex> guard(r.mutex);
+    r.forEach([&](const LiveStat& s) {
+      if (const std::string* name = s.statName()) {
+        names.push_back(*name);
+      }
+    });
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 void closeAllLiveStats() noexcept {

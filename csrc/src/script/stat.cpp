@@ -306,6 +306,14 @@ template class ScriptStat<int64_t>;
 void registerStatClasses(torch::Library& m) {
   defineStatClass<double>(m, "Stat");
   defineStatClass<int64_t>(m, "IntStat");
+  // A read: CONSERVATIVE, so that the JIT keeps it where it is; not
+  // traceable by PyTorch 2 (torch_monitor._fake says so), as get_step.
+  m.def(torch::schema(
+      "live_stat_names() -> str[]", c10::AliasAnalysisKind::CONSERVATIVE));
+  m.impl(
+      "live_stat_names",
+      c10::DispatchKey::CompositeExplicitAutograd,
+      []() { return liveStatNames(); });
 }
 
 } // namespace torch_monitor::script

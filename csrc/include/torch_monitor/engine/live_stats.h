@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <torch_monitor/engine/window_timer.h>
 #include <torch_monitor/event.h>
@@ -36,6 +38,11 @@ class TORCH_MONITOR_API LiveStat : public TimedWindows {
   virtual std::optional<Event> closeWindowLeftBehind(
       int64_t step,
       std::optional<int64_t> stamp) = 0;
+  // The Stat's name, for liveStatNames(); nullptr when it is no Stat (a
+  // capture's gauges).
+  virtual const std::string* statName() const noexcept {
+    return nullptr;
+  }
   // pthread_atfork hooks: take the Stat's lock before fork() and release it
   // after; the child also forgets the window it inherited (see Stat).
   virtual void lockBeforeFork() = 0;
@@ -71,6 +78,10 @@ class TORCH_MONITOR_API LiveStat : public TimedWindows {
 // (stat.h) is this, for users; the registry also runs it at exit.
 // Thread safety: callable from any thread, concurrently with every Stat API.
 TORCH_MONITOR_API void closeAllLiveStats() noexcept;
+// The names of the live Stats, sorted (a name twice for two Stats of one
+// name): liveStatNames() (stat.h).
+// Thread safety: callable from any thread, concurrently with every Stat API.
+TORCH_MONITOR_API std::vector<std::string> liveStatNames();
 // Run when the step goes back (through the step listener, step.h, that
 // the registry adds when it is made), as after a run
 // restarted from a checkpoint or a loop that restarts its step count: every

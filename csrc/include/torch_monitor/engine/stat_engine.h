@@ -105,7 +105,11 @@ class TORCH_MONITOR_API StatEngine : public LiveStat {
   // implementation reads the stat's own clock.
   virtual uint64_t currentWindowId() const;
 
-  // LiveStat, for closeAllStats(), the window timer and fork().
+  // LiveStat, for closeAllStats(), liveStatNames(), the window timer and
+  // fork().
+  const std::string* statName() const noexcept override {
+    return &name_;
+  }
   std::optional<Event> closeOpenWindow() override;
   std::vector<Event> closeEndedWindow(int64_t& openEndMs) override;
   std::optional<Event> closeWindowLeftBehind(
