@@ -397,7 +397,11 @@ PyObject* runEagerHook(PyObject* capsule, PyObject* module, Hook which) {
   if (monitor == nullptr) {
     // error set
   } else if (!monitor->runsWhen(training == 1)) {
-    result = Py_NewRef(Py_None);
+    // No attribute read; but before()/after() still drop this thread's
+    // capture, as the scripted hooks' calls do, so that a capture never
+    // pairs with a call made in the other mode.
+    result = which == Hook::Observe ? Py_NewRef(Py_None)
+                                    : runHook(*monitor, which, Py_None, training == 1);
   } else if (PyObject* value = resolvePath(module, *binding)) {
     result = runHook(*monitor, which, value, training == 1);
     Py_DECREF(value);

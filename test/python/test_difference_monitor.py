@@ -232,6 +232,37 @@ def test_gating_is_checked_when_each_hook_runs():
     torch.testing.assert_close(mon.peek(), m.state)  # post - 0
 
 
+def test_a_skipped_hook_drops_the_capture_in_eager_and_scripted_modules_alike():
+    """Eager hooks that skip (the mode does not match) drop the thread's
+    capture as the scripted hooks' calls do, so both record one history for
+    a forward that flips the mode each call (eager kept the capture and
+    paired it with the next call: [2, 2] where scripted gave [14, 12])."""
+
+    class Flip(nn.Module):
+        k: torch.Tensor
+
+        def __init__(self):
+            super().__init__()
+            self.k = torch.full((1,), 10.0)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.k = self.k + 1
+            self.training = not self.training
+            return x
+
+    histories = []
+    for scripted in (False, True):
+        module = Flip()
+        mon = tm.DifferenceMonitor(tm.PassthroughReducer(1.0, 5.0), "k", module, eval_update=False)
+        run = torch.jit.script(module) if scripted else module
+        for _ in range(4):
+            run(torch.ones(1))
+        histories.append(mon.dump().flatten().tolist())
+    # Calls 2 and 4 start in eval (no capture) and end in train: the value
+    # after, against None (zeros); calls 1 and 3 end in eval (skipped).
+    assert histories == [[14.0, 12.0, 0.0, 0.0, 0.0]] * 2
+
+
 def test_prepend_orders_both_hooks_like_inferno(inferno):
     def user_pre(mod, args):
         mod.state = mod.state + 100.0
