@@ -235,7 +235,28 @@ class FoldReducer(nn.Module):
         module in Python (slower, and it cannot be saved)."""
         if _custom.needs_python_call(self):
             return _faces.wrap(_spellings.Reducer, _C._python_reducer(self))
+        self.__dict__["_fed_directly"] = True  # see _hook_added
         return self.script_reducer
+
+    def _hook_added(self) -> None:
+        """A hook added once a monitor feeds the C++ reducer directly would
+        never run for that monitor's steps: said, not skipped silently."""
+        if self.__dict__.get("_fed_directly"):
+            import warnings
+
+            warnings.warn(
+                f"torch_monitor: a forward hook added to {type(self).__name__} after a monitor was "
+                "built with it does not run for that monitor's steps (the monitor feeds the C++ "
+                "reducer directly, as chosen when it was built); add the hook first, then build "
+                "the monitor", stacklevel=3)
+
+    def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
+        self._hook_added()
+        return super().register_forward_hook(*args, **kwargs)
+
+    def register_forward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
+        self._hook_added()
+        return super().register_forward_pre_hook(*args, **kwargs)
 
     # -- the reducer interface -------------------------------------------
 

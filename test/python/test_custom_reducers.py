@@ -176,6 +176,19 @@ def test_forward_hook_on_the_reducer_runs():
     torch.testing.assert_close(seen[-1], xs[-1])
 
 
+def test_a_hook_added_after_the_monitor_is_built_is_warned_about():
+    """The monitor feeds the C++ reducer directly (chosen when built): a
+    hook added later would not run for its steps, and says so."""
+    reducer = tm.PassthroughReducer(DT, DURATION)
+    before = tm.PassthroughReducer(DT, DURATION)
+    before.register_forward_hook(lambda *args: None)  # no monitor yet: silent
+    tm.DifferenceMonitor(reducer, "state", Monitored())
+    with pytest.warns(UserWarning, match="added to PassthroughReducer after a monitor was built"):
+        reducer.register_forward_hook(lambda *args: None)
+    with pytest.warns(UserWarning, match="does not run for that monitor's steps"):
+        reducer.register_forward_pre_hook(lambda *args: None)
+
+
 def test_builtin_reducers_keep_the_cpp_path():
     reducer = tm.EMAReducer(1.0, 0.5)
     assert reducer._monitor_feed() is reducer.script_reducer
