@@ -250,13 +250,19 @@ class FoldReducer(nn.Module):
                 "reducer directly, as chosen when it was built); add the hook first, then build "
                 "the monitor", stacklevel=3)
 
-    def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
+    def register_forward_hook(
+        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False,
+        always_call: bool = False,
+    ) -> torch.utils.hooks.RemovableHandle:
         self._hook_added()
-        return super().register_forward_hook(*args, **kwargs)
+        return super().register_forward_hook(
+            hook, prepend=prepend, with_kwargs=with_kwargs, always_call=always_call)
 
-    def register_forward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
+    def register_forward_pre_hook(
+        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False,
+    ) -> torch.utils.hooks.RemovableHandle:
         self._hook_added()
-        return super().register_forward_pre_hook(*args, **kwargs)
+        return super().register_forward_pre_hook(hook, prepend=prepend, with_kwargs=with_kwargs)
 
     # -- the reducer interface -------------------------------------------
 
