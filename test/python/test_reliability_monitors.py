@@ -6,6 +6,8 @@ died with SIGSEGV or heap corruption, and a monitor on a parameter grew
 memory with every optimizer step.
 """
 
+import textwrap
+
 import pytest
 
 from isolated import run_isolated
@@ -212,6 +214,35 @@ def test_monitor_on_a_parameter_keeps_memory_bounded_over_many_steps():
     assert out.stdout.startswith("ok")
 
 
+# The frame of the fork tests (a prelude of their scripts): the parent's
+# threads run while it forks children that each run child(); a stuck child
+# prints its stack and exits 1 (failing the test with the reason) instead of
+# outliving it.
+FORK_WHILE = """
+import faulthandler
+import os
+
+
+def fork_while(pool, stop, child, count):
+    for thread in pool:
+        thread.start()
+    children = []
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            faulthandler.dump_traceback_later(30, exit=True)
+            child()
+            os._exit(0)
+        children.append(pid)
+    stop.set()
+    for thread in pool:
+        thread.join()
+    for pid in children:
+        _, status = os.waitpid(pid, 0)
+        assert status == 0, status
+"""
+
+
 def test_fork_while_threads_run_monitored_forwards():
     # A forked child (DataLoader workers, multiprocessing) can run the
     # monitored model even when another thread held the monitor's or the
@@ -228,9 +259,9 @@ def test_fork_while_threads_run_monitored_forwards():
     # on first use and glibc's atexit lock, held by a thread initialising one
     # at the fork, would stop the child at its own first use.
     out = run_isolated(
-        """
-        import faulthandler
-        import os
+        FORK_WHILE
+        + textwrap.dedent(
+            """
         import threading
         import torch
         from torch import nn
@@ -252,29 +283,15 @@ def test_fork_while_threads_run_monitored_forwards():
             net(torch.randn(1, 8))
             with torch.inference_mode():
                 scripted(torch.randn(1, 8))
-        pool = [threading.Thread(target=serve) for _ in range(2)]
-        for t in pool:
-            t.start()
-        children = []
-        for _ in range(40):
-            pid = os.fork()
-            if pid == 0:
-                # A stuck child prints its stack and exits 1 (failing the
-                # test with the reason) instead of outliving it.
-                faulthandler.dump_traceback_later(30, exit=True)
-                net(torch.randn(1, 8))
-                net(torch.randn(1, 8))
-                mon.peek()
-                os._exit(0)
-            children.append(pid)
-        stop.set()
-        for t in pool:
-            t.join()
-        for pid in children:
-            _, status = os.waitpid(pid, 0)
-            assert status == 0, status
+        def child():
+            net(torch.randn(1, 8))
+            net(torch.randn(1, 8))
+            mon.peek()
+
+        fork_while([threading.Thread(target=serve) for _ in range(2)], stop, child, 40)
         print("ok")
-        """,
+        """
+        ),
         timeout=120,
     )
     assert out.stdout.startswith("ok")
@@ -287,9 +304,9 @@ def test_fork_while_threads_step_and_observe_a_watch():
     # threads observe outputs in inference mode (away from autograd's own
     # per-tensor lock, which is not fork-safe: see the test above).
     out = run_isolated(
-        """
-        import faulthandler
-        import os
+        FORK_WHILE
+        + textwrap.dedent(
+            """
         import threading
         import torch
         from torch import nn
@@ -316,30 +333,18 @@ def test_fork_while_threads_step_and_observe_a_watch():
             tm.set_step(step)
             with torch.inference_mode():
                 net(torch.randn(1, 8))
-        pool = [threading.Thread(target=forwards), threading.Thread(target=steps)]
-        for t in pool:
-            t.start()
-        children = []
-        for _ in range(60):
-            pid = os.fork()
-            if pid == 0:
-                faulthandler.dump_traceback_later(30, exit=True)
-                for step in range(10):
-                    tm.set_step(step)
-                    with torch.inference_mode():
-                        net(torch.randn(1, 8))
-                w.close()
-                os._exit(0)
-            children.append(pid)
-        stop.set()
-        for t in pool:
-            t.join()
-        for pid in children:
-            _, status = os.waitpid(pid, 0)
-            assert status == 0, status
+        def child():
+            for step in range(10):
+                tm.set_step(step)
+                with torch.inference_mode():
+                    net(torch.randn(1, 8))
+            w.close()
+
+        fork_while([threading.Thread(target=forwards), threading.Thread(target=steps)], stop, child, 60)
         w.remove()
         print("ok")
-        """,
+        """
+        ),
         timeout=150,
     )
     assert out.stdout.startswith("ok")
