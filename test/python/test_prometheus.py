@@ -218,6 +218,29 @@ def test_text_file_is_replaced_atomically(tm, tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["train.prom"]  # no temp left
 
 
+def test_text_file_is_never_renamed_over_a_device_pipe_or_link(tm, tmp_path):
+    """Each window renames a new file over the path: over /dev/stdout (a link
+    to a pipe or a terminal) that replaced the device link itself with a
+    file. A path that is no regular file is refused; through a link, the
+    file it names is replaced and the link stays."""
+    import os
+
+    fifo = tmp_path / "metrics.fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/null"):
+        with pytest.raises(ValueError, match="is not a regular file"):
+            tm.PrometheusTextFile(str(path))
+    assert not os.path.isfile("/dev/null")
+    real = tmp_path / "real.prom"
+    real.write_text("old")
+    link = tmp_path / "link.prom"
+    link.symlink_to(real)
+    sink = tm.PrometheusTextFile(str(link))
+    sink.close()
+    assert link.is_symlink() and real.read_text() == ""  # the empty exposition
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.prom", "metrics.fifo", "real.prom"]
+
+
 def test_text_file_in_a_missing_directory_warns(tm, tmp_path):
     with pytest.warns(RuntimeWarning, match="cannot create"):
         out = tm.PrometheusTextFile(tmp_path / "missing" / "x.prom")

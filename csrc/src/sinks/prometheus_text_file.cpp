@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <c10/util/Exception.h>
@@ -28,13 +29,32 @@ PrometheusTextFile::PrometheusTextFile(
   // As JsonLinesWriter: a directory is a mistake to report now, not a
   // rename failure at every window.
   struct stat st {};
+  const bool exists = ::stat(path_.c_str(), &st) == 0;
   TORCH_CHECK_VALUE(
-      ::stat(path_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode),
+      !exists || !S_ISDIR(st.st_mode),
       "PrometheusTextFile: '",
       path_,
       "' is a directory; pass a file path such as '",
       path_,
       "/metrics.prom'");
+  // Each window renames a new file over the path: a device, pipe or socket
+  // there (as /dev/stdout, a link to one) would be replaced by a file.
+  TORCH_CHECK_VALUE(
+      !exists || S_ISREG(st.st_mode),
+      "PrometheusTextFile: '",
+      path_,
+      "' is not a regular file (a device, pipe or socket): the sink replaces "
+      "its file at every window, renaming a new one over it, which would "
+      "replace that; pass the path of a file, such as 'metrics.prom' (use "
+      "PrometheusExporter to serve the metrics)");
+  target_ = path_;
+  struct stat link {};
+  if (exists && ::lstat(path_.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+    if (char* real = ::realpath(path_.c_str(), nullptr)) {
+      target_ = real;
+      std::free(real);
+    }
+  }
   // An empty exposition at once: the collector sees the file, and a bad
   // path is reported now rather than at the first window.
   std::lock_guard<std::mutex> guard(writeMutex_);
@@ -68,7 +88,7 @@ bool PrometheusTextFile::writeLocked(ProblemLog::WarnVia via) {
   }
   // Same directory, so rename(2) is atomic; the pid keeps a forked child's
   // temporary file apart from its parent's.
-  const std::string temp = path_ + ".tmp." + std::to_string(::getpid());
+  const std::string temp = target_ + ".tmp." + std::to_string(::getpid());
   const int fd =
       ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   auto fail = [&](const char* what) {
@@ -102,7 +122,7 @@ bool PrometheusTextFile::writeLocked(ProblemLog::WarnVia via) {
     ::unlink(temp.c_str());
     return false;
   }
-  if (::rename(temp.c_str(), path_.c_str()) != 0) {
+  if (::rename(temp.c_str(), target_.c_str()) != 0) {
     fail("rename");
     ::unlink(temp.c_str());
     return false;

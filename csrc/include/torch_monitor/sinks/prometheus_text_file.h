@@ -53,6 +53,9 @@ class TORCH_MONITOR_API PrometheusTextFile final : public Sink {
   bool writeLocked(ProblemLog::WarnVia via);
 
   const std::string path_;
+  // The file replaced at each window: path_, or the file a link there
+  // names (renaming over the link would replace the link).
+  std::string target_;
   const std::map<std::string, std::string> labels_;
   const prometheus::Labels checked_;
   prometheus::Snapshot snapshot_;
