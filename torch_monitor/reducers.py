@@ -16,6 +16,7 @@ returns the history's dtype whatever the dtype of the times.
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from typing import Any, Callable, Optional, Tuple, Union
 
@@ -242,8 +243,6 @@ class FoldReducer(nn.Module):
         """A hook added once a monitor feeds the C++ reducer directly would
         never run for that monitor's steps: said, not skipped silently."""
         if self.__dict__.get("_fed_directly"):
-            import warnings
-
             warnings.warn(
                 f"torch_monitor: a forward hook added to {type(self).__name__} after a monitor was "
                 "built with it does not run for that monitor's steps (the monitor feeds the C++ "
@@ -332,8 +331,8 @@ class FoldReducer(nn.Module):
 
     @property
     def latest(self) -> Optional[Tensor]:
-        """The newest state (``peek()``)."""
-        return self.script_reducer.peek()
+        """The newest state: ``peek()``, a subclass's own too (as inferno's)."""
+        return self.peek()
 
     # -- time and history ------------------------------------------------
 

@@ -131,6 +131,24 @@ def test_a_builtin_reducer_subclass_interpolates_its_own_way_like_inferno(kind, 
         assert_same(ours.view(time), theirs.view(time))
 
 
+def test_latest_reads_a_subclass_peek_like_inferno():
+    def doubled(base):
+        class Doubled(base):
+            def peek(self):
+                state = super().peek()
+                return None if state is None else state * 2
+
+        return Doubled
+
+    ours = doubled(tm.PassthroughReducer)(DT, DURATION)
+    theirs = doubled(inferno_observe.PassthroughReducer)(DT, DURATION)
+    for x in inputs(3):
+        ours(x)
+        theirs(x)
+    assert_same(ours.latest, theirs.latest)
+    assert_same(ours.latest, 2 * inputs(3)[-1])
+
+
 def test_fold_subclass_feeds_a_monitor_like_inferno():
     ours_module, theirs_module = Monitored(), Monitored()
     ours = tm.DifferenceMonitor(max_reducer(tm.FoldReducer)(DT, DURATION), "state", ours_module)
