@@ -131,6 +131,28 @@ py::object stepToPython(const std::optional<int64_t>& step) {
   return step ? py::object(py::int_(*step)) : py::object(py::none());
 }
 
+// Whether the local wall time `local` of `t` also names an earlier instant:
+// the second pass through the hour a clock repeats when it goes back (the
+// end of summer time). datetime marks that pass fold=1, which is what makes
+// .timestamp() give `t` back rather than an hour earlier. As
+// datetime.fromtimestamp does: a clock that went back within the last day
+// (no zone's ever went back more) had a larger UTC offset a day ago; then
+// the wall time repeats if the instant that much earlier shows it too.
+bool isRepeatedWallTime(time_t t, const std::tm& local) {
+  constexpr time_t kDay = 24 * 3600;
+  const time_t dayEarlier = t - kDay;
+  std::tm dayBefore{};
+  if (localtime_r(&dayEarlier, &dayBefore) == nullptr ||
+      dayBefore.tm_gmtoff <= local.tm_gmtoff) {
+    return false;
+  }
+  const time_t earlier = t - (dayBefore.tm_gmtoff - local.tm_gmtoff);
+  std::tm then{};
+  return localtime_r(&earlier, &then) != nullptr &&
+      then.tm_hour == local.tm_hour && then.tm_min == local.tm_min &&
+      then.tm_sec == local.tm_sec && then.tm_mday == local.tm_mday;
+}
+
 } // namespace
 
 py::object timestampToPython(int64_t epochMicros) {
@@ -149,14 +171,15 @@ py::object timestampToPython(int64_t epochMicros) {
   if (localtime_r(&t, &local) == nullptr) {
     throw py::value_error("timestamp out of range");
   }
-  PyObject* dt = PyDateTime_FromDateAndTime(
+  PyObject* dt = PyDateTime_FromDateAndTimeAndFold(
       local.tm_year + 1900,
       local.tm_mon + 1,
       local.tm_mday,
       local.tm_hour,
       local.tm_min,
       local.tm_sec,
-      static_cast<int>(micros));
+      static_cast<int>(micros),
+      isRepeatedWallTime(t, local) ? 1 : 0);
   if (dt == nullptr) {
     throw py::error_already_set();
   }

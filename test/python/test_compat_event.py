@@ -1,7 +1,9 @@
 """Event: torch.monitor compatibility (monitor-core.md, "Event")."""
 
 import datetime
+import os
 import random
+import time
 import types
 
 import numpy
@@ -52,6 +54,50 @@ def test_aware_timestamp_with_a_sub_second_offset(tm):
     zone = datetime.timezone(datetime.timedelta(hours=1, microseconds=7))
     aware = datetime.datetime(2250, 1, 1, 0, 0, 0, 5, tzinfo=zone)
     assert tm.Event("off", aware, {}).timestamp == aware.astimezone().replace(tzinfo=None)
+
+
+@pytest.fixture
+def local_zone():
+    """Sets the process's local time zone (TZ, then tzset) and restores it."""
+    saved = os.environ.get("TZ")
+
+    def use(zone):
+        os.environ["TZ"] = zone
+        time.tzset()
+
+    yield use
+    if saved is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = saved
+    time.tzset()
+
+
+@pytest.mark.parametrize(
+    "zone, around, repeats",
+    [
+        ("Europe/Berlin", datetime.datetime(2026, 10, 25), True),  # back 1 h
+        ("Europe/Berlin", datetime.datetime(2026, 3, 29), False),  # forward 1 h
+        ("Australia/Lord_Howe", datetime.datetime(2026, 4, 5), True),  # back 30 min
+        ("Pacific/Kwajalein", datetime.datetime(1969, 9, 30), True),  # back 23 h
+    ],
+    ids=str,
+)
+def test_read_back_in_a_repeated_hour(tm, local_zone, zone, around, repeats):
+    """An instant in the hour a clock repeats reads back with fold=1, as
+    datetime.fromtimestamp gives it, so .timestamp() is the instant, not an
+    hour before it (torch.monitor reads fold=0 there)."""
+    local_zone(zone)
+    start = int(around.timestamp()) - 2 * 86400
+    instants = range(start, start + 4 * 86400, 600)
+    assert any(datetime.datetime.fromtimestamp(t).fold for t in instants) == repeats
+    wrong = []
+    for t in instants:
+        want = datetime.datetime.fromtimestamp(t)
+        got = tm.Event("dst", want, {}).timestamp
+        if (got, got.fold, got.timestamp()) != (want, want.fold, t):
+            wrong.append((t, got, got.fold, want.fold))
+    assert wrong == []
 
 
 def test_constructor_keywords(impl):
