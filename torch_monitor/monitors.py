@@ -609,9 +609,10 @@ class _Monitor(nn.Module):
         """
         if module is not None:
             if self.registered:
+                # inferno's words (its tests match them), then what to do.
                 raise RuntimeError(
-                    f"{type(self).__name__} is already registered to a module; "
-                    "call deregister() before registering it again"
+                    f"{type(self).__name__}(Monitor) is already registered to a module "
+                    "so register() was ignored; call deregister() before registering it again"
                 )
             self._attach(module)
         elif not self.registered:

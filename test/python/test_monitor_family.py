@@ -263,6 +263,17 @@ def test_partialconstructors_match_inferno(inferno):
 # ---------------------------------------------- registration and lifetime
 
 
+def test_register_when_registered_says_what_inferno_says(inferno):
+    """inferno's own tests match the words of this error; ours adds what to do."""
+    said = []
+    for lib in (inferno, tm):
+        mon = lib.OutputMonitor(lib.PassthroughReducer(1.0), nn.Identity())
+        with pytest.raises(RuntimeError) as raised:
+            mon.register(nn.Identity())
+        said.append(str(raised.value))
+    assert said[1].startswith(said[0])
+
+
 @pytest.mark.parametrize(
     "make, hooks",
     [
