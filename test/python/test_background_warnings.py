@@ -1,6 +1,7 @@
-"""Warnings raised on the library's own threads reach Python's `warnings`.
+"""Warnings met where no Python caller converts them reach Python's `warnings`.
 
-The window timer's thread and the sinks' writer threads have no Python caller;
+The window timer's thread, the sinks' writer threads and a sink handling an
+event inside log_event have no Python caller that converts c10 warnings;
 their warnings are queued and issued on the main thread
 (csrc/python/py_background_warnings.cpp), so filters, ``-W error`` and
 ``catch_warnings`` apply, and nothing goes to stderr behind Python's back.
@@ -8,24 +9,27 @@ Each case runs in its own process (threads, exit, fork), with a time limit.
 """
 
 import json
+import textwrap
 
 import pytest
 
 from isolated import run_isolated, run_script
 
-# Waits on the main thread (running bytecode, where queued warnings are
-# issued) until a warning containing NEEDLE was caught, for at most 20 s.
+# Records every warning from here on, then waits on the main thread (running
+# bytecode, where queued warnings are issued) until one containing NEEDLE was
+# caught, for at most 20 s.
 WAIT_FOR = """
 import time, warnings
+recording = warnings.catch_warnings(record=True)
+caught = recording.__enter__()
+warnings.simplefilter("always")
 def wait_for(needle):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            hits = [w for w in caught if needle in str(w.message)]
-            if hits:
-                return hits
-            time.sleep(0.01)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        hits = [w for w in caught if needle in str(w.message)]
+        if hits:
+            return hits
+        time.sleep(0.01)
     raise SystemExit(f"no warning with {needle!r}; caught {[str(w.message) for w in caught]}")
 """
 
@@ -48,9 +52,46 @@ sink.register()
 tm.log_event(tm.Event("e", __import__("datetime").datetime.now(), {"x": 1}))
 """
 
+# Sinks that meet trouble while they handle an event, on the thread that
+# logged it (here the main thread, inside log_event): no Python caller
+# converts c10 warnings there either. stdout is put back at once, so the
+# test's own lines reach it.
+CONSOLE_WARNING = """
+import datetime, os
+import torch_monitor as tm
+saved = os.dup(1)
+os.dup2(BROKEN_STDOUT, 1)
+sink = tm.ConsoleHandler("stdout")
+sink.register()
+try:
+    tm.log_event(tm.Event("e", datetime.datetime.now(), {"x": 1}))
+finally:
+    os.dup2(saved, 1)
+"""
+CONSOLE_READER_GONE = CONSOLE_WARNING.replace(
+    "BROKEN_STDOUT", "(lambda r, w: (os.close(r), w)[1])(*os.pipe())")
+CONSOLE_DISK_FULL = CONSOLE_WARNING.replace("BROKEN_STDOUT", 'os.open("/dev/full", os.O_WRONLY)')
+
+# A writer whose FIFO reader never reads: its buffer fills while log_event
+# appends.
+BUFFER_FULL_WARNING = """
+import datetime, os, tempfile
+import torch_monitor as tm
+fifo = os.path.join(tempfile.mkdtemp(), "events.fifo")
+os.mkfifo(fifo)
+reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # open, never read
+sink = tm.JsonLinesWriter(fifo, flush_interval=0.01, max_buffer_bytes=64 << 10)
+sink.register()
+for i in range(20000):
+    tm.log_event(tm.Event("e", datetime.datetime.now(), {"i": i, "pad": "x" * 40}))
+"""
+
 CASES = {
     "window-timer": (TIMER_WARNING, "window timer"),
     "sink-writer-thread": (SINK_WARNING, "/dev/full"),
+    "console-reader-gone": (CONSOLE_READER_GONE, "went away"),
+    "console-disk-full": (CONSOLE_DISK_FULL, "cannot write to stdout"),
+    "sink-buffer-full": (BUFFER_FULL_WARNING, "buffer is full"),
 }
 
 
@@ -74,11 +115,13 @@ print("message:", hits[0].message)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_error_filter_raises_on_the_main_thread(case):
     setup, needle = CASES[case]
+    # The setup is inside the try: a warning of the main thread's own call
+    # is raised at its next bytecode, which may still be in the setup.
     out = run_isolated(
         "import warnings, time\n"
-        "warnings.simplefilter('error', RuntimeWarning)\n" + setup + """
-deadline = time.monotonic() + 20
-try:
+        "warnings.simplefilter('error', RuntimeWarning)\n"
+        "try:\n" + textwrap.indent(setup, "    ") + """
+    deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         time.sleep(0.01)
     print("no exception")
@@ -104,6 +147,7 @@ import os
 wait_for("window timer")
 pid = os.fork()
 if pid == 0:
+    caught.clear()  # the parent's warnings came with the fork
     stat2 = tm.Stat("timed.child", [tm.SUM], datetime.timedelta(milliseconds=20), close_on_time=True)
     stat2.add(1.0)
     try:

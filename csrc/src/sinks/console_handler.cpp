@@ -90,6 +90,8 @@ void ConsoleHandler::handle(const Event& event) {
     return;
   }
   dropped_.fetch_add(1, std::memory_order_relaxed);
+  // Reported through the background sink: this runs on whichever thread
+  // logged, and Python's log_event does not turn c10 warnings into its own.
   if (error == EPIPE) {
     // `| head` has read its fill: nothing will read this stream again.
     readerGone_.store(true, std::memory_order_relaxed);
@@ -97,13 +99,15 @@ void ConsoleHandler::handle(const Event& event) {
         "reader gone",
         std::string("the reader of ") + consoleStreamName(stream_) +
             " went away (EPIPE: nothing reads the pipe any more); further "
-            "lines are dropped (dropped() counts them)");
+            "lines are dropped (dropped() counts them)",
+        ProblemLog::WarnVia::kBackgroundSink);
   } else {
     problemLog().report(
         "write " + std::to_string(error),
         std::string("cannot write to ") + consoleStreamName(stream_) + ": " +
             std::strerror(error) + " (errno " + std::to_string(error) +
-            "); lines are dropped while it fails");
+            "); lines are dropped while it fails",
+        ProblemLog::WarnVia::kBackgroundSink);
   }
 }
 

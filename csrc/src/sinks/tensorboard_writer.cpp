@@ -241,7 +241,9 @@ void TensorBoardWriter::Impl::defer(DeferredPoint point) {
           "deferred dropped",
           "more than " + std::to_string(kMaxDeferred) +
               " points of device tensors wait to be read; newer ones are "
-              "dropped until the writer catches up (dropped() counts them)");
+              "dropped until the writer catches up (dropped() counts them)",
+          // Met on the thread that adds a point or handles an event.
+          ProblemLog::WarnVia::kBackgroundSink);
     }
   } else if (waiting + 1 == kFlushDeferredAt) {
     writer.requestFlush();

@@ -176,7 +176,9 @@ void BufferedFileWriter::reportDropped() {
           std::to_string(maxBufferBytes_) +
           " bytes): the output is slower than the events, or failing; newer "
           "events are dropped until it catches up (dropped() counts them; "
-          "raise max_buffer_bytes or log less often)");
+          "raise max_buffer_bytes or log less often)",
+      // Met in append(), on the thread that handles an event.
+      ProblemLog::WarnVia::kBackgroundSink);
 }
 
 void BufferedFileWriter::reportForkedChild() {
