@@ -128,6 +128,10 @@ def main():
         stat = tm.Stat("loss", AGGREGATIONS[:-1], window_steps=WINDOW_STEPS, sync_ranks=sync)
     else:
         stat = tm.Stat("loss", AGGREGATIONS, window_steps=WINDOW_STEPS, sync_ranks=sync)
+    # "root_late": a second synced Stat that rank 0 adds to from window 2 on
+    # only: the windows 0 and 1 of the other ranks wait for rank 0's, which
+    # never come, and are refused (rank 0 crashed there).
+    late = tm.Stat("late", ["count"], window_steps=WINDOW_STEPS, sync_ranks=sync) if scenario == "root_late" else None
     # One gloo collective, as a training step would issue.
     t = torch.ones(1)
     dist.all_reduce(t)
@@ -147,6 +151,10 @@ def main():
             os._exit(0)  # the root dies before merging anything
         for v in samples(rank, step, scenario):
             stat.add(round(v) if isinstance(stat, tm.IntStat) else v)
+        if late is not None:
+            if rank != 0 or step >= 2 * WINDOW_STEPS:
+                late.add(1.0)
+            time.sleep(0.05)  # rank 0 reads rank 1's windows while they wait
     tm.set_step(STEPS)
     if scenario == "atexit":
         return  # the exit hook closes, merges and logs the last windows

@@ -255,6 +255,19 @@ def test_a_root_stalled_past_the_give_up_reads_past_the_windows_taken_back(tmp_p
     assert any("rank 0 did not take it" in w for w in results[1]["warnings"]), results[1]["warnings"]
 
 
+def test_windows_the_root_never_closed_are_logged_by_their_ranks(tmp_path):
+    # Rank 0 adds to "late" from window 2 on; rank 1 from window 0. Rank 0
+    # refuses rank 1's windows 0 and 1 (it has none to merge them with) and
+    # merges window 2; rank 1 logs windows 0 and 1 itself. Rank 0 crashed
+    # with SIGSEGV when it refused them.
+    results, _ = run_ranks(tmp_path, 2, "root_late", env={"DEADLINE": "0.5"})
+    check_windows(merged_events(results[0]), [range(2)] * 3, "root_late")
+    late = [e for e in results[0]["events"] if "late.count" in e["data"]]
+    assert [(e["step"], e["data"]["late.count"], e["data"]["late.ranks"]) for e in late] == [(12, 8.0, 2)], late
+    own = [e for e in results[1]["events"] if "late.count" in e["data"]]
+    assert [(e["step"], e["data"]["late.count"]) for e in own] == [(4, 4.0), (8, 4.0)], own
+
+
 def test_merged_windows_reach_the_handlers_in_step_order(tmp_path):
     # Rank 1 adds nothing before window 1, so its first post comes without
     # an empty marker for window 0: window 1 is complete at once while

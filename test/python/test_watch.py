@@ -977,6 +977,28 @@ def test_scripting_a_watched_model_says_to_script_first():
     with tm.watch(model, what=("grad", "output"), window_steps=2):
         with pytest.raises(RuntimeError, match="script the model first, then watch the scripted module"):
             torch.jit.script(model)
+    # Without outputs there is no forward hook to compile: the scripted
+    # module shares the parameters, and is watched through them.
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = []
+    handle = tm.register_event_handler(lambda e: seen.append(e))
+    try:
+        with tm.watch(model, optimizer, what=("grad", "update"), window_steps=2) as w:
+            scripted = torch.jit.script(model)
+            norms = []
+            for step in range(2):
+                tm.set_step(step)
+                optimizer.zero_grad()
+                scripted(torch.randn(5, 4)).sum().backward()
+                norms.append(model.fc1.weight.grad.norm().item())
+                optimizer.step()
+    finally:
+        tm.unregister_event_handler(handle)
+    windows = [e for e in seen if e.name == "torch_monitor.Watch"]
+    assert len(windows) == 1
+    assert windows[0].data["fc1.weight.grad.norm_max"] == pytest.approx(max(norms), rel=1e-5)
+    assert windows[0].data["fc1.weight.update.norm_max"] > 0
     scripted = torch.jit.script(MLP())
     optimizer = torch.optim.SGD(scripted.parameters(), lr=0.1)
     with tm.watch(scripted, optimizer, what=("grad", "update"), window_steps=2) as w:

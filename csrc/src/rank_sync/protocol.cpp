@@ -491,7 +491,7 @@ struct RankSync {
       if (it->second.hasOwn) {
         ++it;
       } else {
-        refuseAll(it->second, Verdict::kOrphan, work);
+        refuseAll(channel, it->second, Verdict::kOrphan, work);
         it = merges.erase(it);
       }
     }
@@ -564,9 +564,11 @@ struct RankSync {
         work);
   }
 
-  static void refuseAll(Merge& merge, Verdict reason, Work& work) {
+  // Through the channel's Store: a merge the root never closed has no
+  // group of its own (merge.group is set by addOwn).
+  static void refuseAll(Channel& channel, Merge& merge, Verdict reason, Work& work) {
     for (Share& share : merge.shares) {
-      decide(share.bundle, EntryVerdict{share.entry, reason}, *merge.group->store, work);
+      decide(share.bundle, EntryVerdict{share.entry, reason}, *channel.group->store, work);
     }
     merge.shares.clear();
   }
@@ -795,7 +797,7 @@ struct RankSync {
       const std::string& stream = it->first.first;
       if (!merge.hasOwn) {
         if (now >= merge.firstSeen + kLeftoverDeadlines * channel.group->deadline) {
-          refuseAll(merge, Verdict::kOrphan, work);
+          refuseAll(channel, merge, Verdict::kOrphan, work);
           it = channel.merges.erase(it);
         } else {
           ++it;
@@ -844,7 +846,7 @@ struct RankSync {
   static void finishAtStop(Work& work) {
     for (auto& [id, channel] : work.channels) {
       for (auto& [where, merge] : channel.merges) {
-        refuseAll(merge, Verdict::kOrphan, work);
+        refuseAll(channel, merge, Verdict::kOrphan, work);
       }
       channel.merges.clear();
     }
