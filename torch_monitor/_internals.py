@@ -294,6 +294,25 @@ def _keep_real_objects(namespace: str, _trace) -> None:
 
 @_pt2_support
 def skip_discarded_pickles_in_export_save(namespace: str) -> None:
+    """Lets torch 2.11's ``torch.export.save`` save a program holding a sink
+    (below), checked and done at its first call: Dynamo, whose import runs
+    this, may be imported halfway through serde's own import
+    (``torch.export.load`` does that), when serde has no ``serialize`` yet."""
+    save = torch.export.save
+    if getattr(save, "_torch_monitor", False):
+        return
+
+    @functools.wraps(save)
+    def save_once_patched(*args, **kwargs):
+        _skip_discarded_pickles(namespace)
+        return save(*args, **kwargs)
+
+    save_once_patched._torch_monitor = True
+    torch.export.save = save_once_patched
+
+
+@_pt2_support
+def _skip_discarded_pickles(namespace: str) -> None:
     """Lets torch 2.11's ``torch.export.save`` save a program holding a sink.
 
     The archive keeps a program's custom objects apart

@@ -298,6 +298,9 @@ def test_export_save_and_load_in_a_fresh_process(tm, tmp_path):
         print([(e.name, e.data) for e in memory.events()])
         """,
         timeout=300,
+        # torch.export.load imports Dynamo halfway through serde's import:
+        # a PT2 set-up step that needed serde warned there.
+        env={"PYTHONWARNINGS": "error"},
     )
     assert "[('summed', {'total': 6.0})]" in outcome.stdout
     # The loaded writer is a new one with the same configuration: its own
@@ -319,6 +322,8 @@ def test_torch_still_needs_the_export_save_patch(tm, tmp_path, monkeypatch):
     from torch._export.serde import serialize as serde
     from torch.export.pt2_archive import _package
 
+    # The patch is made at the first save.
+    torch.export.save(torch.export.export(torch.nn.Identity(), (torch.ones(1),)), str(tmp_path / "first.pt2"))
     unpatched = getattr(_package.serialize, "_torch_monitor_unpatched", None)
     if "serialize_constants" in inspect.signature(serde.serialize).parameters:
         # test_export_save_and_load_in_a_fresh_process saves with this
