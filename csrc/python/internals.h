@@ -117,7 +117,7 @@ struct TextHint {
 };
 struct TimestampHint {
   static constexpr auto name =
-      py::detail::const_name("datetime.datetime | float");
+      py::detail::const_name("datetime.datetime");
 };
 struct StepHint {
   static constexpr auto name = py::detail::const_name("int | None");

@@ -17,7 +17,7 @@ namespace torch_monitor::sinks {
 // small HTTP server on its own thread. A scrape renders the snapshot kept
 // by handle(); it never touches a Stat, so scraping cannot slow Stat::add.
 //
-// Robustness (docs/sinks.md, "Prometheus"): one thread multiplexes the
+// Robustness (docs/prometheus.md): one thread multiplexes the
 // listening socket and at most kMaxConnections connections with poll(); a
 // connection must deliver its request head (at most kMaxHeadBytes, else 431)
 // within kRequestTimeout and take its response within kResponseTimeout, or
