@@ -128,10 +128,15 @@ def main():
         stat = tm.Stat("loss", AGGREGATIONS[:-1], window_steps=WINDOW_STEPS, sync_ranks=sync)
     else:
         stat = tm.Stat("loss", AGGREGATIONS, window_steps=WINDOW_STEPS, sync_ranks=sync)
-    # "root_late": a second synced Stat that rank 0 adds to from window 2 on
-    # only: the windows 0 and 1 of the other ranks wait for rank 0's, which
-    # never come, and are refused (rank 0 crashed there).
-    late = tm.Stat("late", ["count"], window_steps=WINDOW_STEPS, sync_ranks=sync) if scenario == "root_late" else None
+    # A second synced Stat. "root_late": one that rank 0 adds to from window
+    # 2 on only: the windows 0 and 1 of the other ranks wait for rank 0's,
+    # which never come, and are refused (rank 0 crashed there).
+    # "same_name": another "loss" (other aggregations), fed 100 + rank.
+    second = None
+    if scenario == "root_late":
+        second = tm.Stat("late", ["count"], window_steps=WINDOW_STEPS, sync_ranks=sync)
+    elif scenario == "same_name":
+        second = tm.Stat("loss", ["count", "sum"], window_steps=WINDOW_STEPS, sync_ranks=sync)
     # One gloo collective, as a training step would issue.
     t = torch.ones(1)
     dist.all_reduce(t)
@@ -151,10 +156,12 @@ def main():
             os._exit(0)  # the root dies before merging anything
         for v in samples(rank, step, scenario):
             stat.add(round(v) if isinstance(stat, tm.IntStat) else v)
-        if late is not None:
+        if scenario == "root_late":
             if rank != 0 or step >= 2 * WINDOW_STEPS:
-                late.add(1.0)
+                second.add(1.0)
             time.sleep(0.05)  # rank 0 reads rank 1's windows while they wait
+        elif scenario == "same_name":
+            second.add(100.0 + rank)
     tm.set_step(STEPS)
     if scenario == "atexit":
         return  # the exit hook closes, merges and logs the last windows

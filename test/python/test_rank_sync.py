@@ -268,6 +268,23 @@ def test_windows_the_root_never_closed_are_logged_by_their_ranks(tmp_path):
     assert [(e["step"], e["data"]["late.count"]) for e in own] == [(4, 4.0), (8, 4.0)], own
 
 
+def test_synced_stats_of_one_name_merge_with_their_namesakes_in_order(tmp_path):
+    # Two live Stats named "loss" on each rank (the second with other
+    # aggregations). Rank 0 merged both into one window per step, or
+    # refused the second's as another shape; now each merges with the one
+    # made in the same order on the other rank.
+    results, _ = run_ranks(tmp_path, 2, "same_name", env={"DEADLINE": "1"})
+    check_windows(merged_events(results[0]), [range(2)] * 3, "same_name")
+    second = [e for e in results[0]["events"] if "loss.sum" in e["data"] and "loss.mean" not in e["data"]]
+    steps = worker.WINDOW_STEPS
+    assert [(e["step"], e["data"]) for e in second] == [
+        ((w + 1) * steps, {"loss.count": 2.0 * steps, "loss.sum": steps * (100.0 + 101.0), "loss.ranks": 2})
+        for w in range(3)
+    ], second
+    assert results[1]["events"] == [] and results[1]["warnings"] == [], results[1]
+    assert results[0]["warnings"] == [], results[0]["warnings"]
+
+
 def test_merged_windows_reach_the_handlers_in_step_order(tmp_path):
     # Rank 1 adds nothing before window 1, so its first post comes without
     # an empty marker for window 0: window 1 is complete at once while

@@ -82,7 +82,8 @@ std::shared_ptr<GaugeWindows> GaugeWindows::start(
   std::shared_ptr<GaugeWindows> windows(
       new GaugeWindows(std::move(options), std::move(read)));
   if (windows->options_.group) {
-    enableRankSync(windows.get(), windows->options_.group);
+    enableRankSync(
+        windows.get(), windows->options_.group, windows->options_.syncName);
   }
   windows->track();
   if (windows->options_.windowSteps > 0) {
@@ -240,7 +241,6 @@ std::optional<Event> GaugeWindows::closeLocked(
         : rankTimeWindowIndex((closing + 1) * length, length);
     if (postRankPayload(
             this,
-            options_.syncName,
             "gauges " + options_.syncName,
             index,
             encodeGauges(gauges, eventStep.value_or(-1)),

@@ -581,7 +581,7 @@ std::vector<std::pair<Aggregation, T>> StatEngine<T>::lastAggregates() const {
 
 template <typename T>
 void StatEngine<T>::joinRankSync(std::shared_ptr<const RankGroup> group) {
-  enableRankSync(this, std::move(group));
+  enableRankSync(this, std::move(group), name_);
   syncRanks_.store(true, std::memory_order_relaxed);
 }
 

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -89,7 +90,7 @@ void dispatchLogged(const Event& event) noexcept {
 struct Outgoing {
   std::shared_ptr<const RankGroup> group;
   std::string what; // "Stat 'loss'", for warnings
-  std::string stream; // the owner's name: its windows merge in order
+  std::string stream; // SyncedStat::stream(): its windows merge in order
   int64_t window = 0;
   std::string shape;
   Bytes payload;
@@ -198,8 +199,16 @@ struct Channel {
 
 struct SyncedStat {
   std::shared_ptr<const RankGroup> group; // nullptr: the default group
+  std::string name;
+  // Among the live owners of this group and name, in the order enabled
+  // (enableRankSync): 1 merges as `name`, k > 1 as "<name>#<k>".
+  int64_t ordinal = 1;
   int64_t lastIndex = 0;
   bool posted = false;
+
+  std::string stream() const {
+    return ordinal == 1 ? name : name + "#" + std::to_string(ordinal);
+  }
 };
 
 // Lock order: the mutex is taken last (postRankWindow runs under the
@@ -1031,10 +1040,21 @@ std::atomic<RankSync*> RankSync::instance{nullptr};
 
 void enableRankSync(
     const void* stat,
-    std::shared_ptr<const RankGroup> group) {
+    std::shared_ptr<const RankGroup> group,
+    const std::string& name) {
   RankSync& s = RankSync::get();
   std::lock_guard<std::mutex> guard(s.mutex);
-  s.stats[stat] = SyncedStat{std::move(group)};
+  std::set<int64_t> taken;
+  for (const auto& [other, synced] : s.stats) {
+    if (other != stat && synced.group == group && synced.name == name) {
+      taken.insert(synced.ordinal);
+    }
+  }
+  int64_t ordinal = 1;
+  while (taken.count(ordinal) != 0) {
+    ++ordinal;
+  }
+  s.stats[stat] = SyncedStat{std::move(group), name, ordinal};
 }
 
 void disableRankSync(const void* stat) noexcept {
@@ -1045,7 +1065,6 @@ void disableRankSync(const void* stat) noexcept {
 
 bool postRankPayload(
     const void* stat,
-    const std::string& name,
     const std::string& what,
     int64_t index,
     Bytes payload,
@@ -1105,7 +1124,7 @@ bool postRankPayload(
     s.queue.push_back(Outgoing{
         group,
         what,
-        name,
+        synced.stream(),
         i,
         shape,
         i == index ? std::move(payload) : emptyMarker,

@@ -106,7 +106,6 @@ bool postRankWindow(
   };
   return postRankPayload(
       stat,
-      name,
       "Stat '" + name + "'",
       index,
       encodeShare(share),

@@ -259,9 +259,6 @@ std::shared_ptr<Recorder> Recorder::create(
       "device (device='cpu' or 'cuda')");
   std::shared_ptr<Recorder> r(
       new Recorder(std::move(keys), std::move(options), device));
-  if (r->options_.syncRanks) {
-    detail::enableRankSync(r.get(), r->options_.group);
-  }
   {
     Registry& registry = Registry::get();
     std::lock_guard<std::mutex> guard(registry.mutex);
@@ -269,6 +266,9 @@ std::shared_ptr<Recorder> Recorder::create(
     if (r->options_.syncRanks) {
       r->syncName_ = "torch_monitor.Watch#" + std::to_string(registry.synced++);
     }
+  }
+  if (r->options_.syncRanks) {
+    detail::enableRankSync(r.get(), r->options_.group, r->syncName_);
   }
   {
     std::lock_guard<std::mutex> guard(r->mutex_);
@@ -525,7 +525,6 @@ std::vector<Event> Recorder::eventsToLog(Closed c) {
     // thread from copies: this recorder may be gone by then.
     if (detail::postRankPayload(
             this,
-            syncName_,
             "watch " + syncName_,
             c.index,
             std::move(payload),

@@ -33,10 +33,17 @@ using MergedPayloadBuilder = std::function<std::vector<Event>(
 // Thread safety: every function below may be called from any thread,
 // concurrently.
 
-// Records `owner`'s group (nullptr: the process default group).
+// Records `owner`'s group (nullptr: the process default group) and the
+// name its windows merge under across the group's ranks. Live owners of one
+// group that share a name (two Stats named "loss", or a Stat made while the
+// one it replaces still lives) are told apart by the order they were
+// enabled in: the second merges as "loss#2" with every other rank's second,
+// since the same program makes them in the same order on every rank. A
+// name freed by an owner that is gone is taken by the next owner of it.
 TORCH_MONITOR_API void enableRankSync(
     const void* owner,
-    std::shared_ptr<const RankGroup> group);
+    std::shared_ptr<const RankGroup> group,
+    const std::string& name);
 // Forgets `owner`; windows it already posted are still merged.
 TORCH_MONITOR_API void disableRankSync(const void* owner) noexcept;
 
@@ -58,14 +65,13 @@ TORCH_MONITOR_API void disableRankSync(const void* owner) noexcept;
 // rank 0 refuses a window of another shape, and its rank logs it itself.
 // The builder merges (on rank 0) or, for a window rank 0 does not take,
 // logs this rank's payload alone. `owner` must have been enabled with
-// enableRankSync, and `name` be unique among the group's synced owners.
+// enableRankSync.
 // Rank 0 merges each owner's windows in order: a window is logged only
 // after every earlier window of the same owner was (merged or given up at
 // its deadline), so the merged points of one stream reach the sinks in step
 // order.
 TORCH_MONITOR_API bool postRankPayload(
     const void* owner,
-    const std::string& name,
     const std::string& what,
     int64_t index,
     std::vector<uint8_t> payload,
