@@ -239,6 +239,16 @@ def test_text_file_is_never_renamed_over_a_device_pipe_or_link(tm, tmp_path):
     sink.close()
     assert link.is_symlink() and real.read_text() == ""  # the empty exposition
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.prom", "metrics.fifo", "real.prom"]
+    # /dev/stdout with stdout redirected to a file names that file, through
+    # the descriptor: replacing it sent the program's output to a deleted
+    # file. Any path through an open descriptor is refused.
+    log = tmp_path / "stdout.log"
+    with open(log, "w") as out:
+        inode = os.fstat(out.fileno()).st_ino
+        for path in (f"/proc/self/fd/{out.fileno()}", f"/dev/fd/{out.fileno()}"):
+            with pytest.raises(ValueError, match="through an open file descriptor"):
+                tm.PrometheusTextFile(path)
+    assert log.stat().st_ino == inode
 
 
 def test_text_file_in_a_missing_directory_warns(tm, tmp_path):

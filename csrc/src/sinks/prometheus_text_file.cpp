@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include <c10/util/Exception.h>
 
@@ -12,6 +13,36 @@
 #include <unistd.h>
 
 namespace torch_monitor::sinks {
+namespace {
+
+// Whether `path` reaches its file through a process' open descriptor
+// (/dev/stdout -> /proc/self/fd/1, /dev/fd/2): a redirected stdout names
+// the log file it writes to, which a rename over it would replace, so the
+// program's own output would go to a deleted file.
+bool throughOpenDescriptor(const std::string& path) {
+  std::filesystem::path hop(path);
+  for (int links = 0; links < 40; ++links) {
+    std::error_code error;
+    const std::filesystem::path dir = std::filesystem::canonical(
+        hop.parent_path().empty() ? "." : hop.parent_path(), error);
+    const std::string d = dir.string();
+    if (!error && d.rfind("/proc/", 0) == 0 && d.size() >= 3 &&
+        d.compare(d.size() - 3, 3, "/fd") == 0) {
+      return true;
+    }
+    if (!std::filesystem::is_symlink(hop, error)) {
+      return false;
+    }
+    const std::filesystem::path next = std::filesystem::read_symlink(hop, error);
+    if (error) {
+      return false;
+    }
+    hop = next.is_absolute() ? next : hop.parent_path() / next;
+  }
+  return false;
+}
+
+} // namespace
 
 PrometheusTextFile::PrometheusTextFile(
     std::string path,
@@ -47,6 +78,15 @@ PrometheusTextFile::PrometheusTextFile(
       "its file at every window, renaming a new one over it, which would "
       "replace that; pass the path of a file, such as 'metrics.prom' (use "
       "PrometheusExporter to serve the metrics)");
+  TORCH_CHECK_VALUE(
+      !exists || !throughOpenDescriptor(path_),
+      "PrometheusTextFile: '",
+      path_,
+      "' names a file through an open file descriptor (as /dev/stdout "
+      "does): the sink replaces its file at every window, which would "
+      "replace the file that descriptor writes to; pass the path of a file "
+      "of its own, such as 'metrics.prom' (use PrometheusExporter to serve "
+      "the metrics)");
   target_ = path_;
   struct stat link {};
   if (exists && ::lstat(path_.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
