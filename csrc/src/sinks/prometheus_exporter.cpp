@@ -403,20 +403,51 @@ struct LiveExporters {
 
 } // namespace
 
-PrometheusExporter::PrometheusExporter(
+struct PrometheusExporter::Bound {
+  int fd;
+  int port; // bound
+  int requestedPort;
+};
+
+PrometheusExporter::Bound PrometheusExporter::bind(
     int port,
-    std::string host,
-    std::map<std::string, std::string> labels)
-    : Sink(
-          "PrometheusExporter(" + host + ":" + std::to_string(port) + ")") {
+    const std::string& host,
+    const std::map<std::string, std::string>& labels) {
   TORCH_CHECK_VALUE(
       port >= 0 && port <= 65535,
       "PrometheusExporter: port must be in 0..65535 (0: any free port), got ",
       port);
   torch_monitor::detail::checkText(host, "PrometheusExporter: host");
-  impl_ =
-      std::make_unique<Impl>(*this, port, std::move(host), std::move(labels));
-  impl_->listenFd = listenOn(impl_->host, port, impl_->boundPort);
+  prometheus::checkedLabels(labels); // throws before a socket exists
+  Bound bound{-1, 0, port};
+  bound.fd = listenOn(host, port, bound.port);
+  return bound;
+}
+
+// The arguments are copied, not moved: bind() reads them, and the order in
+// which a call's arguments are made is unspecified.
+PrometheusExporter::PrometheusExporter(
+    int port,
+    std::string host,
+    std::map<std::string, std::string> labels)
+    : PrometheusExporter(bind(port, host, labels), host, labels) {}
+
+PrometheusExporter::PrometheusExporter(
+    Bound bound,
+    std::string host,
+    std::map<std::string, std::string> labels)
+    : Sink(
+          "PrometheusExporter(" + host + ":" + std::to_string(bound.port) +
+          ")") {
+  try {
+    impl_ = std::make_unique<Impl>(
+        *this, bound.requestedPort, std::move(host), std::move(labels));
+  } catch (...) {
+    closeFd(bound.fd);
+    throw;
+  }
+  impl_->listenFd = bound.fd;
+  impl_->boundPort = bound.port;
   if (::pipe2(impl_->wakeFds, O_NONBLOCK | O_CLOEXEC) != 0) {
     const int error = errno;
     closeFd(impl_->listenFd);

@@ -73,6 +73,19 @@ class TORCH_MONITOR_API PrometheusExporter final : public Sink {
   void closeOutput() override;
 
  private:
+  // The listening socket, bound (after the arguments are checked) before
+  // the Sink is made, so that the sink's name in its warnings and problems
+  // carries the port bound rather than 0.
+  struct Bound;
+  static Bound bind(
+      int port,
+      const std::string& host,
+      const std::map<std::string, std::string>& labels);
+  PrometheusExporter(
+      Bound bound,
+      std::string host,
+      std::map<std::string, std::string> labels);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
