@@ -30,8 +30,12 @@ def set_rank_sync_deadline(seconds: float) -> None:
     _deadline_seconds = float(seconds)
 
 
+#: What resolve() gives for the process default group.
+DEFAULT_GROUP = (None,)
+
+
 def resolve(sync_ranks, prefix="", before="creating the Stat"):
-    """(None,) for the process default group (which it sets), or (store,
+    """DEFAULT_GROUP for the process default group (which it sets), or (store,
     rank, world_size, deadline). ``prefix`` and ``before`` word the error
     for the caller (watch() has its own prefix)."""
     if not dist.is_available() or not dist.is_initialized():
@@ -47,7 +51,7 @@ def resolve(sync_ranks, prefix="", before="creating the Stat"):
             dist.get_world_size(),
             _deadline_seconds,
         )
-        return (None,)
+        return DEFAULT_GROUP
     if not isinstance(sync_ranks, dist.ProcessGroup):
         raise TypeError(
             f"{prefix}sync_ranks must be a bool or a torch.distributed ProcessGroup, got "

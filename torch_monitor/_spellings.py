@@ -64,19 +64,16 @@ def _aggregations(value: Any, where: str) -> Any:
 
 
 def _rank_group(value: Any, where: str) -> bool:
-    """True merges over the default group (set now); a ProcessGroup is
-    attached after construction (TorchScript only knows True)."""
+    """True (or torch.distributed's world group) merges over the default
+    group, set now; another ProcessGroup is checked now and attached after
+    construction (TorchScript only knows True)."""
     if value is None or value is False:
         return False
     from . import _rank_sync
 
     # The error names the object: "Stat(): sync_ranks needs ...".
     prefix = where.split(" argument ")[0] + ": "
-    if value is True:
-        _rank_sync.resolve(True, prefix=prefix)
-        return True
-    _rank_sync.resolve(value, prefix=prefix)  # checks the group (attached after construction)
-    return False
+    return _rank_sync.resolve(value, prefix=prefix) == _rank_sync.DEFAULT_GROUP
 
 
 def _sync_given_group(stat: Any, given: Dict[str, Any]) -> None:
@@ -84,7 +81,9 @@ def _sync_given_group(stat: Any, given: Dict[str, Any]) -> None:
     if group is not None and not isinstance(group, bool):
         from . import _rank_sync
 
-        _C._sync_stat_ranks(stat, *_rank_sync.resolve(group, prefix=f"{type(stat).__name__}(): "))
+        spec = _rank_sync.resolve(group, prefix=f"{type(stat).__name__}(): ")
+        if spec != _rank_sync.DEFAULT_GROUP:  # the world group was set by the constructor
+            _C._sync_stat_ranks(stat, *spec)
 
 
 def _aggregation_dict(values: Dict[str, Any]) -> Dict[Any, Any]:

@@ -106,6 +106,8 @@ def main():
     if scenario == "group":
         group = dist.new_group([1, 2, 3])  # every rank calls new_group
         sync = group if rank != 0 else False
+    elif scenario == "world_group":
+        sync = dist.group.WORLD  # the default group, given as a ProcessGroup
     else:
         sync = True
     if scenario == "script":

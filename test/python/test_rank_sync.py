@@ -144,6 +144,13 @@ def test_rank_that_exits_early_gives_a_partial_merge(tmp_path):
     assert results[0]["seconds"] < 10
 
 
+def test_the_world_group_given_as_a_process_group_is_the_default_one(tmp_path):
+    # sync_ranks=dist.group.WORLD raised an internal TypeError.
+    results, _ = run_ranks(tmp_path, 2, "world_group")
+    check_windows(merged_events(results[0]), [range(2)] * 3, "world_group")
+    assert merged_events(results[1]) == []
+
+
 def test_non_default_group_merges_on_its_own_rank_0(tmp_path):
     results, _ = run_ranks(tmp_path, 4, "group")
     # Group [1, 2, 3]: global rank 1 is its rank 0 and logs the merged windows.

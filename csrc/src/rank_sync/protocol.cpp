@@ -200,15 +200,27 @@ struct Channel {
 struct SyncedStat {
   std::shared_ptr<const RankGroup> group; // nullptr: the default group
   std::string name;
-  // Among the live owners of this group and name, in the order enabled
+  // The channel of the group (the default one then) when enabled: owners
+  // of one channel and name are numbered apart, whichever RankGroup object
+  // each was given (Python makes one per Stat).
+  std::optional<ChannelId> channel;
+  // Among the live owners of this channel and name, in the order enabled
   // (enableRankSync): 1 merges as `name`, k > 1 as "<name>#<k>".
   int64_t ordinal = 1;
-  int64_t lastIndex = 0;
-  bool posted = false;
 
   std::string stream() const {
     return ordinal == 1 ? name : name + "#" + std::to_string(ordinal);
   }
+};
+
+// The newest window a stream posted on a channel. Kept after its owner is
+// gone: a Stat made under the name of one destroyed mid-window closes that
+// window too, and posted again it would take the other's place in rank 0's
+// merge; it is logged locally instead.
+struct StreamPosted {
+  // Expired: the channel's Store is gone, and the stream starts afresh.
+  c10::weak_intrusive_ptr<c10d::Store> store;
+  int64_t lastIndex;
 };
 
 // Lock order: the mutex is taken last (postRankWindow runs under the
@@ -220,6 +232,7 @@ struct RankSync {
   std::condition_variable wake; // the thread: new work, stop
   std::condition_variable idle; // flushRankSync: the work is done
   std::unordered_map<const void*, SyncedStat> stats;
+  std::map<std::pair<ChannelId, std::string>, StreamPosted> streams;
   std::shared_ptr<const RankGroup> defaultGroup;
   std::deque<Outgoing> queue;
   SteadyClock::time_point lastQueued; // when the newest window was queued
@@ -1044,9 +1057,14 @@ void enableRankSync(
     const std::string& name) {
   RankSync& s = RankSync::get();
   std::lock_guard<std::mutex> guard(s.mutex);
+  const RankGroup* resolved = group ? group.get() : s.defaultGroup.get();
+  std::optional<ChannelId> channel;
+  if (resolved != nullptr) {
+    channel = idOf(*resolved);
+  }
   std::set<int64_t> taken;
   for (const auto& [other, synced] : s.stats) {
-    if (other != stat && synced.group == group && synced.name == name) {
+    if (other != stat && synced.channel == channel && synced.name == name) {
       taken.insert(synced.ordinal);
     }
   }
@@ -1054,7 +1072,7 @@ void enableRankSync(
   while (taken.count(ordinal) != 0) {
     ++ordinal;
   }
-  s.stats[stat] = SyncedStat{std::move(group), name, ordinal};
+  s.stats[stat] = SyncedStat{std::move(group), name, channel, ordinal};
 }
 
 void disableRankSync(const void* stat) noexcept {
@@ -1093,13 +1111,21 @@ bool postRankPayload(
     }
     return false;
   }
-  // An index posted before (a window reopened after closeAllStats()) would
-  // overwrite a merged key: that window is logged locally.
-  if (synced.posted && index <= synced.lastIndex) {
+  // A window of the stream posted before (reopened after closeAllStats(),
+  // or closed by a Stat of the name destroyed within it) would take that
+  // one's place in rank 0's merge: it is logged locally.
+  const std::pair<ChannelId, std::string> stream{idOf(*group), synced.stream()};
+  auto known = s.streams.find(stream);
+  if (known != s.streams.end() && known->second.store.expired()) {
+    s.streams.erase(known);
+    known = s.streams.end();
+  }
+  const bool posted = known != s.streams.end();
+  if (posted && index <= known->second.lastIndex) {
     return false;
   }
-  const int64_t firstMarker = synced.posted
-      ? std::max(synced.lastIndex + 1, index - kMaxEmptyMarkers)
+  const int64_t firstMarker = posted
+      ? std::max(known->second.lastIndex + 1, index - kMaxEmptyMarkers)
       : index;
   const size_t windows = size_t(index - firstMarker + 1);
   if (s.queue.size() + windows > kMaxQueuedWindows) {
@@ -1124,14 +1150,15 @@ bool postRankPayload(
     s.queue.push_back(Outgoing{
         group,
         what,
-        synced.stream(),
+        stream.second,
         i,
         shape,
         i == index ? std::move(payload) : emptyMarker,
         build});
   }
-  synced.lastIndex = index;
-  synced.posted = true;
+  s.streams.insert_or_assign(
+      stream,
+      StreamPosted{c10::weak_intrusive_ptr<c10d::Store>(group->store), index});
   s.lastQueued = SteadyClock::now();
   s.wake.notify_all();
   return true;
