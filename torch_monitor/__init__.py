@@ -101,13 +101,15 @@ JsonLinesHandler = JsonLinesWriter
 # PyTorch 2's fakes and patches (torch_monitor._fake) wait for Dynamo's
 # import, which costs seconds and which torch.compile and torch.export do.
 _internals.after_dynamo_import(lambda dynamo: _importlib.import_module("torch_monitor._fake"))
-# Strict torch.export would leave those fakes in the exported program, and
-# AOTInductor would pass nothing for our `Any` arguments. Set up here, not
+# Strict torch.export would leave those fakes in the exported program,
+# AOTInductor would pass nothing for our `Any` arguments, and inductor would
+# run our ops out of order. Set up here, not
 # with the fakes: torch.export._trace imports Dynamo half-way through its
 # own import, so from Dynamo's set-up _trace is not whole yet (nor, maybe,
 # inductor's codegen).
 _internals.keep_real_objects_in_strict_export("torch_monitor")
 _internals.pass_any_arguments_to_aoti_proxy_executor()
+_internals.keep_effectful_ops_in_order()
 
 #: Logs the open window of every live Stat now (they stay usable).
 _close_all_stats = _C._close_all_stats

@@ -391,6 +391,50 @@ def pass_any_arguments_to_aoti_proxy_executor() -> None:
     after_import(_CPP_WRAPPER, _patch_cpp_wrapper)
 
 
+_SCHEDULER = "torch._inductor.scheduler"
+
+
+@_pt2_support
+def keep_effectful_ops_in_order() -> None:
+    """Makes inductor run ordered side effects (``Stat.add``, ``log_event``,
+    the monitors' hooks) in program order.
+
+    Inductor's lowering of ``with_effects`` (torch 2.13) chains each
+    effectful op to the one before through ``V.graph.additional_star_deps``,
+    keyed by the new op's buffer name (``buf3``); the scheduler looks the
+    chain up by its node's operation name (``op3``), finds nothing, and runs
+    the ops as their inputs come ready: ``stat.add(h[0, 0]); stat.add(x.sum())``
+    compiled added ``x.sum()`` first, so VALUE was the wrong sample. Here
+    the chain is keyed by operation name before the scheduler reads it (a
+    torch that keys it so already is left alone). Importing the scheduler
+    costs seconds, so the patch waits for its first import.
+    """
+    after_import(_SCHEDULER, _patch_scheduler)
+
+
+def _patch_scheduler(module) -> None:
+    from torch._inductor.virtualized import V
+
+    original = module.Scheduler.compute_dependencies
+    if getattr(original, "_torch_monitor", False):
+        return
+
+    def compute_dependencies(self):
+        chained = getattr(V.graph, "additional_star_deps", None)
+        if chained:
+            for node in self.nodes:
+                name = node.get_name()
+                for buffer in node.get_outputs():
+                    if buffer.get_name() != name and buffer.get_name() in chained:
+                        chained[name].update(chained.pop(buffer.get_name()))
+        return original(self)
+
+    compute_dependencies._torch_monitor = True
+    # For the test that checks torch still needs this.
+    compute_dependencies._torch_monitor_unpatched = original
+    module.Scheduler.compute_dependencies = compute_dependencies
+
+
 def after_import(name: str, set_up: "Callable[[object], None]") -> None:
     """Runs ``set_up(module)`` once module ``name`` is imported: now if it is,
     else right after its first import. PyTorch 2's machinery (Dynamo,

@@ -109,6 +109,101 @@ def test_compiled_stat_adds_match_eager_without_graph_breaks(backend):
     assert_same_windows(compiled_module.stat, eager.stat)
 
 
+class AddsOutOfReadyOrder(nn.Module):
+    """Side effects whose inputs come ready in the other order: the first
+    waits for a matmul, the second only for a sum of the input. A monitor's
+    hooks (an InputMonitor on ``lin``) take part in the same chain."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.stat = tm.Stat(name, [tm.VALUE, tm.COUNT], window_steps=1)
+        self.inputs = tm.InputMonitor(tm.PassthroughReducer(1.0), self.lin)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x @ x)
+        self.stat.add(h[0, 0])
+        tm.log_event("first", {"v": h[0, 0]})
+        self.stat.add(x.sum())
+        tm.log_event("second", {"v": x.sum()})
+        return h
+
+
+def run_out_of_ready_order(module, step):
+    """The events the call logged, in order, and its Stat window."""
+    with tm.MemoryHandler() as memory:
+        tm.set_step(step)
+        module(torch.ones(4, 4))
+    tm.set_step(step + 1)
+    module.stat.add(0.0)  # closes the call's window
+    return [e.name for e in memory.events() if e.name in ("first", "second")], module.stat.get()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_side_effects_run_in_program_order(backend):
+    """Inductor lost the chain between effectful ops (torch 2.13 keys it by
+    buffer name, its scheduler reads it by operation name): the ops ran as
+    their inputs came ready, so a Stat's VALUE was the wrong sample and
+    events came out of order (_internals.keep_effectful_ops_in_order)."""
+    eager = AddsOutOfReadyOrder("pt2.order.eager")
+    compiled_module = AddsOutOfReadyOrder("pt2.order.compiled")
+    compiled_module.load_state_dict(eager.state_dict())
+    want = run_out_of_ready_order(eager, 0)
+    got = run_out_of_ready_order(torch.compile(compiled_module, fullgraph=True, backend=backend), 0)
+    assert want == (["first", "second"], {tm.VALUE: 16.0, tm.COUNT: 2})
+    assert got == want
+    assert torch.equal(compiled_module.inputs.reducer.peek(), eager.inputs.reducer.peek())
+
+
+def test_torch_still_needs_the_effect_order_patch(monkeypatch):
+    """Torch 2.13's inductor runs effectful ops out of program order without
+    the patch; fails once it no longer does (then delete
+    ``keep_effectful_ops_in_order`` and this test)."""
+    if torch.__version__ < "2.13":
+        pytest.skip("checked on the torch this is tested with (2.13)")
+    from torch._inductor import scheduler
+
+    patched = scheduler.Scheduler.compute_dependencies
+    monkeypatch.setattr(scheduler.Scheduler, "compute_dependencies", patched._torch_monitor_unpatched)
+    names, got = run_out_of_ready_order(
+        torch.compile(AddsOutOfReadyOrder("pt2.order.unpatched"), fullgraph=True, backend="inductor"), 0)
+    assert names == ["second", "first"] or got[tm.VALUE] != 16.0, (
+        "torch's inductor keeps effectful ops in order by itself now: delete "
+        "_internals.keep_effectful_ops_in_order and this test")
+
+
+class Monitored(nn.Module):
+    """A model whose every instance carries the same two monitors."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.monitors = [
+            tm.DifferenceMonitor(tm.PassthroughReducer(1.0, 3.0), "bn.running_mean", self),
+            tm.OutputMonitor(tm.PassthroughReducer(1.0, 3.0), self.bn),
+        ]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(x).sum()
+
+
+def test_instances_of_one_model_share_one_compiled_graph():
+    """Each monitor's hooks were functions of their own (a process-wide
+    number in their attribute's name) and Dynamo guards on a hook's code:
+    every instance of a model recompiled, and from the ninth on it ran
+    eagerly (the recompile limit). Numbered per module, the monitors at one
+    place of every instance share their hooks, and one graph serves all."""
+    x = torch.randn(8, 4)
+    torch.compile(Monitored(), backend="eager")(x)
+    models = [Monitored() for _ in range(10)]
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for model in models:
+            torch.compile(model, backend="eager")(x)
+    for model in models:
+        assert [m.key for m in model.monitors] == ["_torch_monitor_difference_0", "_torch_monitor_output_0"]
+        assert all(m.dump() is not None for m in model.monitors)
+
+
 class AddsTensors(nn.Module):
     """Adds a whole tensor through add_tensor (TorchScript's typed method)."""
 
