@@ -515,7 +515,7 @@ class _Monitor(nn.Module):
         self.reducer_ = reducer
         self._core = core
         self._prepend = strict_bool(prepend, "prepend")
-        self._key = self._new_key()
+        self._key = None  # chosen by register()
         self._handles = None
         self._observed = None
         self._finalizer = None
@@ -525,8 +525,20 @@ class _Monitor(nn.Module):
     partialconstructor = _PartialConstructor()
 
     @classmethod
-    def _new_key(cls) -> str:
-        return f"_torch_monitor_{cls.__name__[:-len('Monitor')].lower()}_{next(_ids)}"
+    def _key_prefix(cls) -> str:
+        return f"_torch_monitor_{cls.__name__[:-len('Monitor')].lower()}_"
+
+    def _free_key(self, module: nn.Module) -> str:
+        """The first attribute name of this kind that ``module`` does not
+        hold. Numbered per module, not per process: the monitors at one place
+        in every instance of a model class get the same name, hence the same
+        hook functions, and one compiled graph serves every instance (Dynamo
+        guards on the hooks' code)."""
+        prefix = self._key_prefix()
+        number = 0
+        while f"{prefix}{number}" in module.__dict__:
+            number += 1
+        return f"{prefix}{number}"
 
     def _hook_sides(self):
         """(pre, post): the _HookSide of each forward hook, or None."""
@@ -567,7 +579,16 @@ class _Monitor(nn.Module):
 
     @property
     def key(self) -> str:
-        """Name of the attribute holding this monitor's state on the module."""
+        """Name of the attribute holding this monitor's state on the module
+        (chosen when it is registered; the first free one of its kind there).
+
+        Raises:
+            RuntimeError: never registered to a module.
+        """
+        if self._key is None:
+            raise RuntimeError(
+                f"{type(self).__name__} was never registered to a module, so it has no attribute "
+                "there yet; register(module) first")
         return self._key
 
     @property
@@ -645,11 +666,9 @@ class _Monitor(nn.Module):
                 "module keeps the hooks)"
             )
         self._check_module(module)
-        existing = module.__dict__.get(self._key)
-        if existing is self._core and self._adopt_hooks_of(module):
+        if self._key is not None and module.__dict__.get(self._key) is self._core and self._adopt_hooks_of(module):
             return  # a deep copy of the module already carries our hooks
-        if existing is not None:  # a copy of this monitor is on the module
-            self._key = self._new_key()
+        self._key = self._free_key(module)
         pre, post, pre_kwargs, post_kwargs = self._hooks_for(module)
         module.__dict__[self._key] = self._core
         handles = []
@@ -729,7 +748,7 @@ class _Monitor(nn.Module):
         self.__dict__.update(state)
         if legacy != (None, None):
             self._core = self._core_from_legacy_pickle(*legacy)
-        self._key = self._new_key()
+        self._key = None
         self._handles = None
         self._observed = None
         self._finalizer = None
@@ -853,8 +872,8 @@ class DifferenceMonitor(_Monitor):
         self._init_monitor(reducer, core, prepend, module)
 
     @classmethod
-    def _new_key(cls) -> str:
-        return f"_torch_monitor_difference_{next(_ids)}"
+    def _key_prefix(cls) -> str:
+        return "_torch_monitor_difference_"
 
     def _check_module(self, module: nn.Module) -> None:
         # The path is resolved at every forward, as inferno does (a module

@@ -13,7 +13,7 @@ version: int = tm.__version__  # error: the version is a str
 tm.set_step("3")  # error: the step is an int or None
 sink = tm.JsonLinesWriter("/dev/null")
 problems: int = sink.problems  # error: a list of messages
-event = tm.Event("e", 0.0, {"x": 1.0})
+event = tm.Event("e", 0.0, {"x": 1.0})  # error: a datetime, not a float
 x: float = event.data["x"]  # error: a value may be a str
 tm.register_event_handler(42)  # error: a callable or a sink
 model = __import__("torch").nn.Linear(2, 2)
