@@ -53,6 +53,13 @@ def _type_error(where: str, expected: str, value: Any) -> TypeError:
 def _int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise _type_error(where, "an int", value)
+    if isinstance(value, torch.Tensor) and torch.compiler.is_compiling():
+        # Its value exists only when the graph runs; Dynamo would fail deep
+        # in the op's schema check.
+        raise TypeError(
+            f"{where} must be a Python int in torch.compile'd code, got a tensor (its value "
+            "is known only when the graph runs): pass int(value) before the compiled call"
+        )
     value = operator.index(value)
     if not _INT64[0] <= value <= _INT64[1]:
         raise ValueError(f"{where} must be an int in [-2**63, 2**63-1], got {value}")

@@ -16,7 +16,9 @@ _deadline_seconds = 5.0
 def set_rank_sync_deadline(seconds: float) -> None:
     """Sets how long rank 0 waits for the other ranks' share of a window.
 
-    Applies to Stats created with ``sync_ranks`` from now on (default 5 s).
+    Taken by the objects made with ``sync_ranks`` from now on (default 5 s);
+    those on the default group share it, so the next one made sets it for
+    the older ones too (docs/distributed.md, "The deadline").
     A window is then merged from the ranks that arrived; its event's
     ``"<name>.ranks"`` says how many.
     """
@@ -73,8 +75,8 @@ def resolve(sync_ranks, prefix="", before="creating the Stat"):
 
 def flush_rank_sync() -> None:
     """Waits until every window closed so far by a Stat with ``sync_ranks``
-    has been posted and, on rank 0, merged and logged (bounded by the
-    deadline). Runs by itself at exit; call it on every rank after closing
+    has been posted and, on rank 0, merged and logged (at most the longest
+    deadline of the groups in use, plus 5 s). Runs by itself at exit; call it on every rank after closing
     the last windows (``del stat``) to read the merged results before then."""
     _C._flush_rank_sync()
 

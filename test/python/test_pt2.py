@@ -277,6 +277,21 @@ def test_compiled_monitor_guards_on_training_mode():
     assert rows[0] > 0 and rows[1:].sum() == 0  # the eval call recorded nothing
 
 
+def test_a_tensor_step_in_compiled_code_says_to_pass_an_int():
+    """Eager set_step takes a 0-dim integer tensor; compiled, its value is
+    known only when the graph runs, and Dynamo failed deep in the op's
+    schema check (GuardOnDataDependentSymNode)."""
+
+    def step_and_add(x, step):
+        tm.set_step(step)
+        return x + 1
+
+    with pytest.raises(Exception, match=r"must be a Python int in torch.compile'd code.*pass int\(value\)"):
+        torch.compile(step_and_add, fullgraph=True)(torch.ones(2), torch.tensor(3))
+    tm.set_step(torch.tensor(3))  # eager: read at once
+    assert tm.get_step() == 3
+
+
 def test_traced_code_cannot_read_run_time_results():
     stat = tm.Stat("pt2.read", [tm.MEAN], timedelta(hours=1))
 

@@ -46,7 +46,8 @@ TORCH_MONITOR_API void setDefaultRankGroup(
     std::shared_ptr<const RankGroup> group);
 TORCH_MONITOR_API std::shared_ptr<const RankGroup> defaultRankGroup();
 
-// Waits (bounded by the groups' deadlines) until every window closed so far
+// Waits (at most the longest deadline of the groups in use, plus 5 s for the
+// handlers and the Store's round trips) until every window closed so far
 // has been posted and, on the root, merged and logged; on the other ranks,
 // taken by the root (or logged here, see postRankPayload in
 // rank_sync/protocol.h).

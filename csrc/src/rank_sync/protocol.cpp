@@ -994,8 +994,8 @@ struct RankSync {
             break;
           case Verdict::kRefused:
             reason =
-                "rank 0 refused it because the Stat is not the same on "
-                "every rank (rank 0's warning says how)";
+                "rank 0 refused it because " + out.what +
+                " is not the same on every rank (rank 0's warning says how)";
             break;
           case Verdict::kOrphan:
             reason =
@@ -1184,7 +1184,7 @@ void waitForRankSync() noexcept {
   std::unique_lock<std::mutex> lock(s.mutex);
   // Bounded by the longest deadline of the groups in use, plus slack for
   // the handlers and Store round trips.
-  auto longest = RankGroup::kDefaultDeadline;
+  std::chrono::milliseconds longest{0};
   for (const auto& [stat, synced] : s.stats) {
     if (synced.group) {
       longest = std::max(longest, synced.group->deadline);
