@@ -76,8 +76,9 @@ def resolve(sync_ranks, prefix="", before="creating the Stat"):
 def flush_rank_sync() -> None:
     """Waits until every window closed so far by a Stat with ``sync_ranks``
     has been posted and, on rank 0, merged and logged (at most the longest
-    deadline of the groups in use, plus 5 s). Runs by itself at exit; call it on every rank after closing
-    the last windows (``del stat``) to read the merged results before then."""
+    deadline of the groups in use, plus 5 s). Runs by itself at exit; call
+    it on every rank after closing the last windows (``del stat``) to read
+    the merged results before then."""
     _C._flush_rank_sync()
 
 

@@ -127,12 +127,12 @@ struct PrometheusExporter::Impl {
   std::atomic<bool> childWarned{false};
 
   Impl(PrometheusExporter& o, int port, std::string h,
-       std::map<std::string, std::string> l)
+       std::map<std::string, std::string> l, prometheus::Labels c)
       : owner(o),
         requestedPort(port),
         host(std::move(h)),
         labels(std::move(l)),
-        checked(prometheus::checkedLabels(labels)) {}
+        checked(std::move(c)) {}
 
   bool inCreator() const {
     return ::getpid() == creatorPid;
@@ -407,6 +407,7 @@ struct PrometheusExporter::Bound {
   int fd;
   int port; // bound
   int requestedPort;
+  prometheus::Labels checked; // the labels, checked before the socket
 };
 
 PrometheusExporter::Bound PrometheusExporter::bind(
@@ -418,8 +419,7 @@ PrometheusExporter::Bound PrometheusExporter::bind(
       "PrometheusExporter: port must be in 0..65535 (0: any free port), got ",
       port);
   torch_monitor::detail::checkText(host, "PrometheusExporter: host");
-  prometheus::checkedLabels(labels); // throws before a socket exists
-  Bound bound{-1, 0, port};
+  Bound bound{-1, 0, port, prometheus::checkedLabels(labels)};
   bound.fd = listenOn(host, port, bound.port);
   return bound;
 }
@@ -441,7 +441,11 @@ PrometheusExporter::PrometheusExporter(
           ")") {
   try {
     impl_ = std::make_unique<Impl>(
-        *this, bound.requestedPort, std::move(host), std::move(labels));
+        *this,
+        bound.requestedPort,
+        std::move(host),
+        std::move(labels),
+        std::move(bound.checked));
   } catch (...) {
     closeFd(bound.fd);
     throw;
