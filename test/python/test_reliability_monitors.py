@@ -302,7 +302,12 @@ def test_fork_while_threads_step_and_observe_a_watch():
     # of step listeners every set_step() reads) are reset for a forked
     # child, which then steps and observes the same watch. The parent's
     # threads observe outputs in inference mode (away from autograd's own
-    # per-tensor lock, which is not fork-safe: see the test above).
+    # per-tensor lock, which is not fork-safe: see the test above). The
+    # warm-up closes two windows before the threads start: a window's first
+    # close is the process's first call of some torch operators (clone),
+    # whose handles torch builds in function-local statics on first use, and
+    # a child forked while the stepping thread built one would wait for it
+    # forever (CI saw it: a child stuck in set_step).
     out = run_isolated(
         FORK_WHILE
         + textwrap.dedent(
@@ -329,7 +334,7 @@ def test_fork_while_threads_step_and_observe_a_watch():
                 step += 1
                 tm.set_step(step)
 
-        for step in range(3):
+        for step in range(7):
             tm.set_step(step)
             with torch.inference_mode():
                 net(torch.randn(1, 8))
