@@ -8,7 +8,8 @@
 * ``torch._inductor.aoti_compile_and_package`` of the same programs, loaded
   in a fresh process with ``aoti_load_package`` and in a C++ program
   (test/cpp/aoti_consumer) with ``torch::inductor::AOTIModelPackageLoader``:
-  the Stat events reach a Python handler and a C++ handler. Torch 2.11
+  the Stat events reach a Python handler and a C++ handler, and its side
+  effects run in program order. Torch 2.11
   cannot load such a package (see ``PROXY_EXECUTOR_TAKES_ANY``); there the
   tests check that it fails for that reason.
 
@@ -17,6 +18,7 @@ AOTInductor package whose tensor arguments went missing did, see
 ``_internals.pass_any_arguments_to_aoti_proxy_executor``).
 """
 
+import json
 import os
 import re
 
@@ -57,6 +59,19 @@ class Counter(torch.nn.Module):
         self.state.add_(x)
         return self.state * 2
 
+class OutOfReadyOrder(torch.nn.Module):
+    # Its two samples come ready in the other order: the first waits for a
+    # matmul, the second only for a sum of the input.
+    def __init__(self):
+        super().__init__()
+        self.stat = tm.Stat("order", [tm.VALUE, tm.COUNT], timedelta(hours=1))
+
+    def forward(self, x, w):
+        h = x @ w
+        self.stat.add(h[0, 0])
+        self.stat.add(x.sum())
+        return h
+
 # A monitor's hooks hold it weakly: without a reference it is gone (and so
 # is its part of the graph) before export.
 monitors = []
@@ -64,6 +79,8 @@ monitors = []
 def exported(which):
     if which == "stat":
         return torch.export.export(StatModel(), (torch.ones(2),))
+    if which == "order":
+        return torch.export.export(OutOfReadyOrder(), (torch.ones(4, 4), torch.ones(4, 4)))
     model = Counter()
     monitors.append(
         tm.DifferenceMonitor(tm.PassthroughReducer(1.0, 8.0), "state", model)
@@ -130,8 +147,6 @@ def stat_events_in_fresh_process(load):
         """,
         timeout=COMPILE_TIMEOUT_S,
     )
-    import json
-
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -205,6 +220,30 @@ def test_aoti_package_in_python_difference_monitor(packages):
         assert_load_fails_for_want_of_any(load)
         return
     assert monitor_history_in_fresh_process(load) == MONITOR_HISTORY
+
+
+def test_aoti_package_runs_side_effects_in_program_order(packages):
+    """AOTInductor lowers through the same scheduler as torch.compile, which
+    ran effectful ops as their inputs came ready (the second add first, so
+    VALUE was the matmul's 4.0) until _internals.keep_effectful_ops_in_order
+    (see test_pt2.py's tests of it)."""
+    path = str(packages("order", "aoti"))
+    if not PROXY_EXECUTOR_TAKES_ANY:
+        assert_load_fails_for_want_of_any(AOTI_LOAD.format(path=path))
+        return
+    out = run_isolated(
+        f"""
+        import json, torch, torch_monitor as tm
+        seen = []
+        tm.register_event_handler(lambda e: seen.append(dict(e.data)))
+        {AOTI_LOAD.format(path=path)}
+        run(torch.ones(4, 4), torch.ones(4, 4))
+        tm._close_all_stats()
+        print(json.dumps(seen))
+        """,
+        timeout=COMPILE_TIMEOUT_S,
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [{"order.value": 16.0, "order.count": 2.0}]
 
 
 @requires_toolchain
