@@ -250,16 +250,36 @@ class Watch:
 
     def _before_step(self, optimizer, args, kwargs) -> None:
         self._check_what_is_watched(optimizer)
+        # The gradients the step uses are those it leaves when it computes
+        # them (a closure: LBFGS, Lightning's automatic optimization) or
+        # unscales them (GradScaler's fused path sets grad_scale for the
+        # step's kernel, which writes the unscaled gradients back).
+        closure = args[0] if args else kwargs.get("closure")
+        gradients_after = closure is not None or getattr(optimizer, "grad_scale", None) is not None
+        if not gradients_after:
+            self._share_gradients()
+        self._recorder.before_step(gradients_after)
+        self._gradients_after = gradients_after
+
+    def _after_step(self, optimizer, args, kwargs) -> None:
+        # GradScaler's fused path calls step() with found_inf set for the
+        # kernel to skip an overflowed step; its other path does not call
+        # step() then. Read only on the CPU: a device read would wait for it.
+        found_inf = getattr(optimizer, "found_inf", None)
+        skipped = isinstance(found_inf, torch.Tensor) and found_inf.device.type == "cpu" and bool(found_inf)
+        if self._gradients_after and not skipped:
+            self._share_gradients()
+        self._recorder.after_step(skipped)
+        for local, _ in self._shards:
+            local.grad = None  # the gradient's memory is the optimizer's to free
+
+    def _share_gradients(self) -> None:
+        """The local shard of each sharded parameter's gradient, where the
+        recorder reads it."""
         if self._shards:
             with torch.no_grad():
                 for local, p in self._shards:
                     local.grad = None if p.grad is None else p.grad.to_local()
-        self._recorder.before_step()
-
-    def _after_step(self, optimizer, args, kwargs) -> None:
-        self._recorder.after_step()
-        for local, _ in self._shards:
-            local.grad = None  # the gradient's memory is the optimizer's to free
 
 
 def _pattern(value, name) -> Optional[str]:
@@ -516,6 +536,7 @@ def watch(
             w._parameter_places = [(path, owners[path.rpartition(".")[0]], path.rpartition(".")[2], p)
                                    for path, p in parameters if id(p) in watched]
         w._steps_checked = 0
+        w._gradients_after = False
         handles.append(optimizer.register_step_pre_hook(w._before_step))
         handles.append(optimizer.register_step_post_hook(w._after_step))
 

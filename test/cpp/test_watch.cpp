@@ -211,6 +211,59 @@ TEST(Watch, EveryKindAndStatisticEqualsTorchOpsOverWindows) {
   trainAndCheck(/*steps=*/5, /*window=*/2, /*tol=*/1e-12);
 }
 
+TEST(Watch, AStepWithAClosureObservesTheGradientsItsLastCallLeft) {
+  // LBFGS computes the gradients in its step, calling the closure several
+  // times: the watch observes them as the step left them, and the update
+  // across the whole step, from the first step on (before it, no
+  // parameter has a gradient).
+  torch::manual_seed(0);
+  auto net = std::make_shared<Net>();
+  torch::optim::LBFGS optimizer(net->parameters(), torch::optim::LBFGSOptions(0.5).max_iter(3));
+  ScopedRecorder recorder;
+  WatchOptions options;
+  options.what = {"grad", "update"};
+  options.windowSteps = 1;
+  Watch watch(net, options);
+  const torch::Tensor x = torch::randn({8, 4});
+  const torch::Tensor target = torch::randn({8, 2});
+  std::vector<std::map<std::string, Oracle>> windows;
+  for (int64_t step = 0; step < 2; ++step) {
+    setStep(step);
+    std::map<std::string, torch::Tensor> before;
+    for (const auto& p : net->named_parameters()) {
+      before[p.key()] = p.value().detach().clone();
+    }
+    int calls = 0;
+    watch.step(optimizer, [&] {
+      ++calls;
+      optimizer.zero_grad();
+      torch::Tensor loss = torch::mse_loss(net->forward(x), target);
+      loss.backward();
+      return loss;
+    });
+    EXPECT_GT(calls, 1);
+    auto& window = windows.emplace_back();
+    std::vector<torch::Tensor> grads, afters, befores;
+    for (const auto& p : net->named_parameters()) {
+      window[p.key() + ".grad"].add(p.value().grad().clone(), step);
+      window[p.key() + ".update"].addUpdate(p.value().detach(), before[p.key()], step);
+      grads.push_back(p.value().grad().flatten());
+      afters.push_back(p.value().detach().flatten());
+      befores.push_back(before[p.key()].flatten());
+    }
+    window["total.grad"].add(torch::cat(grads), step);
+    window["total.update"].addUpdate(torch::cat(afters), torch::cat(befores), step);
+  }
+  watch.remove();
+  const auto events = recorder->eventsNamed(watch::kEventName);
+  ASSERT_EQ(events.size(), windows.size());
+  for (size_t w = 0; w < windows.size(); ++w) {
+    SCOPED_TRACE("window " + std::to_string(w));
+    expectWindow(events[w], windows[w], 1e-12);
+  }
+  clearStep();
+}
+
 TEST(Watch, DevicePathGivesTheSameStatistics) {
   // CPU tensors through the path CUDA tensors take: rows computed with
   // ATen ops and merged under the device-side gate.

@@ -308,6 +308,104 @@ def test_gradient_accumulation(events):
     assert len(each.seen["fc2.weight.grad"]) == 6
 
 
+@pytest.mark.parametrize("optimizer_kind", ["sgd", "lbfgs"])
+def test_a_step_with_a_closure_observes_the_gradients_it_computed(path, events, optimizer_kind):
+    """A closure (LBFGS, Lightning's automatic optimization) computes the
+    gradients inside step(): the watch observes them as the step left them
+    (LBFGS: its last call of the closure), from the first step on, and the
+    update of every parameter the closure gave a gradient."""
+    torch.manual_seed(0)
+    model = MLP()
+    if optimizer_kind == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    else:
+        optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=3)
+    oracle = Oracle()
+    w = tm.watch(model, optimizer, what=("grad", "update"), window_steps=1)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(3):
+        tm.set_step(step)
+        x = torch.randn(16, 4, generator=gen)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+        def closure():
+            optimizer.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        for n, p in model.named_parameters():
+            oracle.add(f"{n}.grad", step, p.grad)  # what the last closure left
+            oracle.add_update(f"{n}.update", step, p, before[n])
+    w.remove()
+    assert [e.step for e in events.windows] == [1, 2, 3]
+    for e, step in zip(events.windows, range(3)):
+        assert_data(e.data, oracle.window(step, step + 1), rel=tolerance(path))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_gradscaler_steps_observe_unscaled_gradients_and_skip_overflowed_steps(events, fused):
+    """GradScaler's fused path hands the scale to the optimizer's kernel,
+    which unscales the gradients in place, and calls step() on an overflow
+    too, for the kernel to skip: the watch observes the unscaled gradients
+    and neither observes nor counts the skipped step (as on the other path,
+    where GradScaler does not call step() then)."""
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, fused=fused)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    oracle = Oracle()
+    tm.set_step(None)
+    w = tm.watch(model, optimizer, what="grad", window_steps=100, on_nonfinite="raise")
+    gen = torch.Generator().manual_seed(1)
+    for step in range(4):
+        x = torch.randn(16, 4, generator=gen)
+        optimizer.zero_grad()
+        loss = model(x).square().mean()
+        if step == 2:
+            loss = loss * float("inf")  # an overflow: this step is skipped
+        scaler.scale(loss).backward()
+        if step != 2:
+            for n, p in model.named_parameters():
+                # The true gradient, of the unscaled loss.
+                oracle.add(f"{n}.grad", step, p.grad / scaler.get_scale())
+        scaler.step(optimizer)
+        scaler.update()
+    w.remove()  # no NonFinite raised: the overflowed step was not observed
+    (e,) = events.windows
+    assert e.step == 3  # three optimizer steps counted, not four
+    assert_data(e.data, oracle.window(0, 100), rel=1e-6)
+
+
+def test_a_histogram_of_no_finite_value_is_left_out_and_training_goes_on(tmp_path, events):
+    """add_histogram refuses a tensor with no finite value (as SummaryWriter
+    does); a watch leaves that histogram out, its non-finite counts say
+    why, and the training step goes on (it raised from the forward)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    writer = tm.TensorBoardWriter(str(tmp_path))
+    w = tm.watch(model, optimizer, what=("grad", "output"), window_steps=2,
+                 histograms_every=1, writer=writer, on_nonfinite="log")
+    for step in range(3):
+        tm.set_step(step)
+        x = torch.randn(8, 4)
+        if step == 1:
+            x[:] = float("nan")
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        optimizer.step()
+    w.remove()
+    writer.close()
+    acc = EventAccumulator(str(tmp_path), size_guidance={"histograms": 0})
+    acc.Reload()
+    assert [h.step for h in acc.Histograms("fc1.output")] == [0]  # every later one all NaN
+    assert events.nonfinite and "fc1.output" in str(events.nonfinite[0].data)
+
+
 def test_parameters_without_gradients(events):
     class Partly(torch.nn.Module):
         def __init__(self):

@@ -215,14 +215,20 @@ void registerWatch(torch::Library& m) {
           {torch::arg("keys"), torch::arg("parameters")})
       .def(
           "before_step",
-          [](const Self& self) { self->steps().before(); },
-          "Before an optimizer step: observes the gradients and copies the "
-          "weights it will change")
+          [](const Self& self, bool gradientsAfter) {
+            self->steps().before(gradientsAfter);
+          },
+          "Before an optimizer step: copies the weights it will change and "
+          "observes the gradients, or leaves them to after_step when the step "
+          "computes them (gradients_after: a closure, GradScaler's fused path)",
+          {torch::arg("gradients_after") = false})
       .def(
           "after_step",
-          [](const Self& self) { self->steps().after(); },
+          [](const Self& self, bool skipped) { self->steps().after(skipped); },
           "After an optimizer step: observes the weights and the updates, and "
-          "counts the step (the step count when no training step is set)")
+          "counts the step (the step count when no training step is set); a "
+          "skipped step (GradScaler found an inf) observes and counts nothing",
+          {torch::arg("skipped") = false})
       .def(
           "close",
           [](const Self& self) { self->recorder()->close(); },

@@ -1162,7 +1162,13 @@ void Recorder::writeHistograms(
     if (shown.is_complex()) {
       shown = at::abs(shown); // magnitudes, as the statistics
     }
-    options_.writer->addHistogram(keys_[key].name(), shown, step);
+    try {
+      options_.writer->addHistogram(keys_[key].name(), shown, step);
+    } catch (const c10::ValueError&) {
+      // No finite value to draw (a diverged layer): the histogram is left
+      // out, and the window's non-finite counts say why. Raising here
+      // would stop the training step the watch observes.
+    }
   }
 }
 

@@ -43,7 +43,7 @@ StepObserver::StepObserver(
   copies_.resize(updates_.size());
 }
 
-void StepObserver::before() {
+void StepObserver::observeGradients() {
   std::vector<at::Tensor> grads;
   std::vector<int64_t> gradKeys;
   for (const auto& [key, p] : grads_) {
@@ -55,12 +55,21 @@ void StepObserver::before() {
   if (!grads.empty()) {
     recorder_->observe(recorder_->slots(), recorder_->gate(), grads, gradKeys, {});
   }
+}
+
+void StepObserver::before(bool gradientsAfter) {
+  gradientsAfter_ = gradientsAfter;
+  if (!gradientsAfter) {
+    observeGradients();
+  }
   stepped_.clear();
   before_.clear();
   steppedKeys_.clear();
   for (size_t i = 0; i < updates_.size(); ++i) {
     const auto& [key, p] = updates_[i];
-    if (!p.grad().defined()) {
+    // A closure may give a gradient to a parameter that has none yet (its
+    // first step): every one is copied, and after() keeps those it has.
+    if (!gradientsAfter && !p.grad().defined()) {
       continue;
     }
     at::Tensor& copy = copies_[i];
@@ -81,7 +90,29 @@ void StepObserver::before() {
   }
 }
 
-void StepObserver::after() {
+void StepObserver::after(bool skipped) {
+  if (skipped) {
+    stepped_.clear();
+    before_.clear();
+    steppedKeys_.clear();
+    return;
+  }
+  if (gradientsAfter_) {
+    observeGradients();
+    // The optimizer skipped the parameters the closure left without one.
+    size_t kept = 0;
+    for (size_t i = 0; i < stepped_.size(); ++i) {
+      if (stepped_[i].grad().defined()) {
+        stepped_[kept] = stepped_[i];
+        before_[kept] = before_[i];
+        steppedKeys_[kept] = steppedKeys_[i];
+        ++kept;
+      }
+    }
+    stepped_.resize(kept);
+    before_.resize(kept);
+    steppedKeys_.resize(kept);
+  }
   if (!weights_.empty()) {
     std::vector<at::Tensor> weights;
     std::vector<int64_t> keys;

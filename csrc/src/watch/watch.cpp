@@ -123,7 +123,9 @@ Watch::~Watch() {
   }
 }
 
-void Watch::step(const std::function<void()>& optimizerStep) {
+void Watch::step(
+    const std::function<void()>& optimizerStep,
+    bool gradientsAfter) {
   TORCH_CHECK_VALUE(
       static_cast<bool>(optimizerStep),
       "torch_monitor::Watch::step: pass the optimizer step to run");
@@ -131,7 +133,7 @@ void Watch::step(const std::function<void()>& optimizerStep) {
     optimizerStep();
     return;
   }
-  steps_->before();
+  steps_->before(gradientsAfter);
   optimizerStep();
   steps_->after();
 }

@@ -26,14 +26,21 @@ class TORCH_MONITOR_API StepObserver {
       const std::vector<int64_t>& keys,
       const std::vector<at::Tensor>& parameters);
 
-  // Before the step: observes the gradients, and copies the weights the
-  // step will change (optimizers skip parameters without a gradient).
-  void before();
+  // Before the step: copies the weights the step will change (optimizers
+  // skip parameters without a gradient) and observes the gradients. A step
+  // that computes or rewrites the gradients itself (`gradientsAfter`: a
+  // closure, as LBFGS and Lightning pass; GradScaler's fused path, whose
+  // kernel unscales them) has them observed by after() instead, as the
+  // step left them.
+  void before(bool gradientsAfter = false);
   // After it: observes the weights and the updates, then counts the step.
-  void after();
+  // A step the optimizer skipped (GradScaler found an inf) observes nothing
+  // and is not counted, as when GradScaler does not call step() at all.
+  void after(bool skipped = false);
 
  private:
   using Watched = std::vector<std::pair<int64_t, at::Tensor>>;
+  void observeGradients();
   std::shared_ptr<Recorder> recorder_;
   Watched grads_;
   Watched weights_;
@@ -44,6 +51,7 @@ class TORCH_MONITOR_API StepObserver {
   std::vector<at::Tensor> stepped_;
   std::vector<at::Tensor> before_;
   std::vector<int64_t> steppedKeys_;
+  bool gradientsAfter_ = false; // this step's before() said so
 };
 
 } // namespace torch_monitor::watch

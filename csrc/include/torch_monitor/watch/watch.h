@@ -111,13 +111,26 @@ class TORCH_MONITOR_API Watch {
   Watch& operator=(const Watch&) = delete;
 
   // Runs `optimizerStep` (e.g. [&] { optimizer.step(); }) with the
-  // observations around it; see the class comment.
-  void step(const std::function<void()>& optimizerStep);
+  // observations around it; see the class comment. `gradientsAfter`: the
+  // step computes the gradients itself (a closure): they are observed
+  // after it, as its last call of the closure left them.
+  void step(
+      const std::function<void()>& optimizerStep,
+      bool gradientsAfter = false);
   // step() for anything with a step() method (a torch::optim::Optimizer).
   template <typename Optimizer>
   auto step(Optimizer& optimizer)
       -> decltype(optimizer.step(), void()) {
     step(std::function<void()>([&optimizer] { optimizer.step(); }));
+  }
+  // step() of an optimizer that calls `closure` for the loss and the
+  // gradients (torch::optim::LBFGS).
+  template <typename Optimizer, typename Closure>
+  auto step(Optimizer& optimizer, Closure&& closure)
+      -> decltype(optimizer.step(closure), void()) {
+    step(
+        std::function<void()>([&] { optimizer.step(closure); }),
+        /*gradientsAfter=*/true);
   }
 
   // Closes and logs the open window now.
