@@ -229,6 +229,40 @@ def test_character_devices_still_work(tm):
     assert sink.problems == [] and sink.dropped == 0
 
 
+def test_a_program_with_its_stdout_closed_keeps_its_files_whole(tmp_path):
+    """With descriptor 1 closed (`prog >&-`, a daemon) the first file opened
+    would be given number 1, and a console sink writing to "stdout" wrote
+    into the TensorBoard event file (which then read back empty) and into
+    the JSON Lines file, losing nothing it counted. The files' descriptors
+    stay above the standard streams; the console counts its lines lost."""
+    out = run_isolated(
+        f"""
+        import json, os
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        import torch_monitor as tm
+        report = os.fdopen(os.dup(1), "w")
+        os.close(1)
+        logdir, path = {str(tmp_path / "tb")!r}, {str(tmp_path / "events.jsonl")!r}
+        console = tm.ConsoleHandler("stdout")
+        tb = tm.TensorBoardWriter(logdir, event_names=None)
+        jsonl = tm.JsonLinesWriter(path)
+        text = tm.PrometheusTextFile({str(tmp_path / "m.prom")!r})
+        for sink in (console, tb, jsonl, text):
+            sink.register()
+        for i in range(3):
+            tm.log_event("e", {{"loss.mean": float(i)}})
+        for sink in (tb, jsonl, text, console):
+            sink.close()
+        acc = EventAccumulator(logdir)
+        acc.Reload()
+        lines = [json.loads(line)["name"] for line in open(path)]
+        print([s.value for s in acc.Scalars("loss.mean")], lines, console.dropped, file=report)
+        """,
+        check=False,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[0.0, 1.0, 2.0] ['e', 'e', 'e'] 3", out.describe()
+
+
 # ------------------------------------------------------------ fork
 
 # Threads log through every sink kind while the main thread forks; each child

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <torch_monitor/sinks/detail/open_file.h>
+
 namespace torch_monitor::sinks {
 namespace {
 
@@ -130,7 +132,7 @@ bool PrometheusTextFile::writeLocked(ProblemLog::WarnVia via) {
   // temporary file apart from its parent's.
   const std::string temp = target_ + ".tmp." + std::to_string(::getpid());
   const int fd =
-      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      detail::openFile(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   auto fail = [&](const char* what) {
     const int error = errno;
     problemLog().report(

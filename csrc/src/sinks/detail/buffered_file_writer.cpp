@@ -13,6 +13,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/background_warnings.h>
+#include <torch_monitor/sinks/detail/open_file.h>
 #include <torch_monitor/sinks/detail/write_without_sigpipe.h>
 
 namespace torch_monitor::sinks::detail {
@@ -444,7 +445,7 @@ bool BufferedFileWriter::openNextFile() {
     if (layout_.truncateFirst && !openedOnce_) {
       flags |= O_TRUNC;
     }
-    const int fd = ::open(path.c_str(), flags, 0666);
+    const int fd = openFile(path.c_str(), flags, 0666);
     if (fd < 0) {
       const int error = errno;
       if (error == EEXIST && layout_.exclusive) {
