@@ -101,6 +101,8 @@ JsonLinesHandler = JsonLinesWriter
 # PyTorch 2's fakes and patches (torch_monitor._fake) wait for Dynamo's
 # import, which costs seconds and which torch.compile and torch.export do.
 _internals.after_dynamo_import(lambda dynamo: _importlib.import_module("torch_monitor._fake"))
+# Dynamo could not call a method looked up before a graph break.
+_internals.call_script_methods_across_graph_breaks()
 # Strict torch.export would leave those fakes in the exported program,
 # AOTInductor would pass nothing for our `Any` arguments, and inductor would
 # run our ops out of order. Set up here, not

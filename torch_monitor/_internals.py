@@ -16,6 +16,7 @@ import inspect
 import linecache
 import sys
 import threading
+import types
 import warnings
 import weakref
 from typing import Callable, Dict, List, Optional
@@ -433,6 +434,59 @@ def _patch_scheduler(module) -> None:
     # For the test that checks torch still needs this.
     compute_dependencies._torch_monitor_unpatched = original
     module.Scheduler.compute_dependencies = compute_dependencies
+
+
+@_pt2_support
+def call_script_methods_across_graph_breaks() -> None:
+    """Lets Dynamo call a script object's method that was looked up before a
+    graph break: ``stat.add(loss.item())`` in a compiled step.
+
+    ``.item()`` breaks the graph inside the call's arguments, so the bound
+    method (``stat.add``, a builtin method: the hot path; a face's Python
+    method, ``writer.add_scalar``) reaches the resumed frame as a local.
+    Dynamo (torch 2.13) calls a builtin one through
+    ``TorchScriptObjectVariable.call_method``, which takes only
+    ``__setattr__``-like calls ("Weird method call on TorchScript object"),
+    and inlines a Python one, whose body the fake object cannot run. The same
+    call written without the break goes through ``var_getattr`` (one
+    ``call_torchbind``), as this makes the resumed one go too.
+    """
+    after_dynamo_import(_patch_bound_method_calls)
+
+
+def _patch_bound_method_calls(dynamo) -> None:
+    from torch._dynamo.source import AttrSource
+    from torch._dynamo.variables.base import VariableTracker
+    from torch._dynamo.variables.functions import BoundBuiltinMethodVariable
+    from torch._dynamo.variables.script_object import TorchScriptObjectVariable
+    from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
+
+    def builtin(self, tx):  # the method's object, and its name
+        return self.obj, self.descriptor.__name__
+
+    def python(self, tx):
+        method = self.value
+        if not (isinstance(method, types.MethodType) and isinstance(method.__self__, torch.ScriptObject)
+                and self.source is not None):
+            return None, None
+        obj = VariableTracker.build(tx, method.__self__, AttrSource(self.source, "__self__"))
+        return obj, method.__func__.__name__
+
+    for cls, bound in ((BoundBuiltinMethodVariable, builtin), (UserDefinedObjectVariable, python)):
+        original = cls.call_function
+        if getattr(original, "_torch_monitor", False):
+            continue
+
+        def call_function(self, tx, args, kwargs, original=original, bound=bound):
+            obj, name = bound(self, tx)
+            if isinstance(obj, TorchScriptObjectVariable) and obj.source is not None:
+                return obj.var_getattr(tx, name).call_function(tx, args, kwargs)
+            return original(self, tx, args, kwargs)
+
+        call_function._torch_monitor = True
+        # For the test that checks torch still needs this.
+        call_function._torch_monitor_unpatched = original
+        cls.call_function = call_function
 
 
 def after_import(name: str, set_up: "Callable[[object], None]") -> None:

@@ -172,6 +172,65 @@ def test_torch_still_needs_the_effect_order_patch(monkeypatch):
         "_internals.keep_effectful_ops_in_order and this test")
 
 
+def stat_read_back(stat, writer, x):
+    """A training step's usual feeding: ``.item()`` breaks the graph inside
+    the call's arguments, after ``stat.add`` (a builtin method) was looked
+    up."""
+    stat.add(x.sum().item())
+    return x + 1
+
+
+def writer_read_back(stat, writer, x):
+    """The same with a face's Python method."""
+    writer.add_scalar("pt2.read_back", x.max().item())
+    return x + 1
+
+
+def both_read_back(stat, writer, x):
+    return stat_read_back(stat, writer, writer_read_back(stat, writer, x) - 1)
+
+
+def run_read_back(fn, name, tmp_path):
+    """The Stat's window and the writer's points after three calls."""
+    stat = tm.Stat(f"pt2.read_back.{name}", [tm.VALUE, tm.COUNT, tm.SUM], timedelta(hours=1))
+    with tm.TensorBoardWriter(str(tmp_path / name)) as writer, tm.MemoryHandler() as memory:
+        for v in (1.0, 2.0, 3.0):
+            fn(stat, writer, torch.full((3,), v))
+        del stat  # logs its window
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    points = EventAccumulator(str(tmp_path / name))
+    points.Reload()
+    (window,) = [dict(e.data) for e in memory.events() if e.name == "torch.monitor.Stat"]
+    return window, [p.value for p in points.Scalars("pt2.read_back")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_method_looked_up_before_a_graph_break_is_called_after_it(backend, tmp_path):
+    """``stat.add(loss.item())`` in a compiled step failed: Dynamo could not
+    call the bound method the resumed frame was given
+    (_internals.call_script_methods_across_graph_breaks)."""
+    want = run_read_back(both_read_back, "eager", tmp_path)
+    got = run_read_back(torch.compile(both_read_back, backend=backend), "compiled", tmp_path)
+    assert want == ({"pt2.read_back.eager.value": 9.0, "pt2.read_back.eager.count": 3.0,
+                     "pt2.read_back.eager.sum": 18.0}, [1.0, 2.0, 3.0])
+    assert got == ({k.replace(".eager.", ".compiled."): v for k, v in want[0].items()}, want[1])
+
+
+def test_torch_still_needs_the_bound_method_patch(monkeypatch, tmp_path):
+    """Fails once Dynamo calls such methods by itself (then delete
+    ``call_script_methods_across_graph_breaks`` and this test)."""
+    from torch._dynamo.variables.functions import BoundBuiltinMethodVariable
+    from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
+
+    for cls in (BoundBuiltinMethodVariable, UserDefinedObjectVariable):
+        monkeypatch.setattr(cls, "call_function", cls.call_function._torch_monitor_unpatched)
+    with pytest.raises(Exception, match="Weird method call on TorchScript object"):
+        run_read_back(torch.compile(stat_read_back, backend="eager"), "stat", tmp_path)
+    with pytest.raises(Exception, match="FakeScriptObject missing method implementation"):
+        run_read_back(torch.compile(writer_read_back, backend="eager"), "writer", tmp_path)
+
+
 class Monitored(nn.Module):
     """A model whose every instance carries the same two monitors."""
 
