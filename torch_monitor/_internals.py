@@ -456,8 +456,8 @@ def call_script_methods_across_graph_breaks() -> None:
 
 def _patch_bound_method_calls(dynamo) -> None:
     from torch._dynamo.source import AttrSource
+    from torch._dynamo.variables import functions
     from torch._dynamo.variables.base import VariableTracker
-    from torch._dynamo.variables.functions import BoundBuiltinMethodVariable
     from torch._dynamo.variables.script_object import TorchScriptObjectVariable
     from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
 
@@ -472,7 +472,11 @@ def _patch_bound_method_calls(dynamo) -> None:
         obj = VariableTracker.build(tx, method.__self__, AttrSource(self.source, "__self__"))
         return obj, method.__func__.__name__
 
-    for cls, bound in ((BoundBuiltinMethodVariable, builtin), (UserDefinedObjectVariable, python)):
+    # An older Dynamo has no variable of its own for a bound builtin method.
+    builtin_methods = getattr(functions, "BoundBuiltinMethodVariable", None)
+    for cls, bound in ((builtin_methods, builtin), (UserDefinedObjectVariable, python)):
+        if cls is None:
+            continue
         original = cls.call_function
         if getattr(original, "_torch_monitor", False):
             continue

@@ -220,6 +220,8 @@ def test_a_method_looked_up_before_a_graph_break_is_called_after_it(backend, tmp
 def test_torch_still_needs_the_bound_method_patch(monkeypatch, tmp_path):
     """Fails once Dynamo calls such methods by itself (then delete
     ``call_script_methods_across_graph_breaks`` and this test)."""
+    if torch.__version__ < "2.13":
+        pytest.skip("checked on the torch this is tested with (2.13)")
     from torch._dynamo.variables.functions import BoundBuiltinMethodVariable
     from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
 
