@@ -105,5 +105,21 @@ TEST(WaitCounter, RejectsBadKeysWindowsAndDurations) {
   EXPECT_EQ(counter.stat().windowSize(), WaitCounter::kDefaultWindow);
 }
 
+TEST(WaitCounter, SharedCountersAreOnePerKeyWindowAndClose) {
+  const auto first = sharedWaitCounter("shared.key", std::chrono::hours(1));
+  const auto again = sharedWaitCounter("shared.key", std::chrono::hours(1));
+  EXPECT_EQ(first.get(), again.get());
+  const auto otherWindow = sharedWaitCounter("shared.key", std::chrono::hours(2));
+  const auto onTime = sharedWaitCounter(
+      "shared.key", std::chrono::hours(1), WindowClose::ON_TIME);
+  EXPECT_NE(otherWindow.get(), first.get());
+  EXPECT_NE(onTime.get(), first.get());
+  EXPECT_NE(onTime.get(), otherWindow.get());
+  first->record(std::chrono::microseconds(5));
+  EXPECT_EQ(again->stat().count(), 1);
+  test::expectValueError(
+      [] { sharedWaitCounter(std::string("bad\0key", 7)); }, {"name"});
+}
+
 } // namespace
 } // namespace torch_monitor

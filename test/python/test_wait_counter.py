@@ -109,8 +109,29 @@ def test_a_unit_that_raises_is_recorded(tm, events):
     with pytest.raises(ValueError):
         with counter.guard():
             raise ValueError("boom")
-    del counter  # destruction logs the open window
+    tm._close_all_stats()  # logs the open window
     assert counter_events(tm, events, "failing")[0]["failing.count"] == 1
+
+
+def test_counters_of_one_key_are_one_counter(tm, events):
+    """torch.monitor's _WaitCounter(key) is a handle of the process's one
+    counter of that key, and PyTorch's own code makes a handle per call
+    (`with _WaitCounter(key).guard():`): every handle of a key feeds one
+    window, which logs one event (each had its own and logged one per
+    call). A key with another window is another counter."""
+    for _ in range(50):
+        with tm.WaitCounter("per.call").guard():
+            pass
+    kept = tm.WaitCounter("per.call")
+    with kept.guard():
+        pass
+    other = tm.WaitCounter("per.call", 3600.0)
+    with other.guard():
+        pass
+    assert counter_events(tm, events, "per.call") == []  # nothing closed yet
+    tm._close_all_stats()
+    counts = sorted(e["per.call.count"] for e in counter_events(tm, events, "per.call"))
+    assert counts == [1, 51]
 
 
 def test_entering_a_guard_twice_is_an_error(tm):
@@ -135,7 +156,7 @@ def test_guards_on_several_threads_are_all_counted(tm, events):
         t.start()
     for t in threads:
         t.join()
-    del counter
+    tm._close_all_stats()
     assert counter_events(tm, events, "threads")[0]["threads.count"] == 2000
 
 

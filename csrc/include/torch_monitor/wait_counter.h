@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include <torch_monitor/export.h>
@@ -98,5 +99,20 @@ class TORCH_MONITOR_API WaitCounter {
  private:
   Stat<double> stat_;
 };
+
+// The process's counter of `key` (with this window and close): made at the
+// first call and kept for the process's life, so every handle of one key
+// times into one Stat and logs one event per window, however many handles
+// are made (PyTorch's own code makes one per call: `with
+// _WaitCounter(key).guard():`), as torch.monitor's _WaitCounter(key) is a
+// handle of c10's one counter per key. What torch_monitor.WaitCounter holds
+// in Python and TorchScript; a WaitCounter constructed in C++ is its own.
+// Keys made without end (a step in the key) are each kept: use a few.
+// Throws as the WaitCounter constructor does.
+// Thread safety: callable from any thread.
+TORCH_MONITOR_API std::shared_ptr<WaitCounter> sharedWaitCounter(
+    const std::string& key,
+    std::chrono::milliseconds window = WaitCounter::kDefaultWindow,
+    WindowClose windowClose = WindowClose::LAZY);
 
 } // namespace torch_monitor

@@ -40,7 +40,7 @@ c10::intrusive_ptr<ScriptWaitCounter> makeWaitCounter(
     c10::IValue windowSize,
     bool closeOnTime) {
   return c10::make_intrusive<ScriptWaitCounter>(
-      std::move(key),
+      key,
       windowFromIValue(windowSize),
       closeOnTime ? WindowClose::ON_TIME : WindowClose::LAZY);
 }

@@ -13,25 +13,26 @@
 namespace torch_monitor::script {
 
 // The TorchScript face of WaitCounter: torch.classes.torch_monitor.
-// WaitCounter. The Python binding wraps the very same object.
+// WaitCounter, a handle of the process's counter of its key
+// (sharedWaitCounter). The Python binding wraps the very same object.
 // Thread safety: as WaitCounter.
 class ScriptWaitCounter : public torch::CustomClassHolder {
  public:
   ScriptWaitCounter(
-      std::string key,
+      const std::string& key,
       std::chrono::milliseconds window,
       WindowClose windowClose)
-      : counter_(std::move(key), window, windowClose) {}
+      : counter_(sharedWaitCounter(key, window, windowClose)) {}
 
   WaitCounter& counter() noexcept {
-    return counter_;
+    return *counter_;
   }
   const WaitCounter& counter() const noexcept {
-    return counter_;
+    return *counter_;
   }
 
  private:
-  WaitCounter counter_;
+  const std::shared_ptr<WaitCounter> counter_;
 };
 
 // What WaitCounter.guard() returns in Python and TorchScript: times one unit
