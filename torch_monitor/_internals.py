@@ -461,7 +461,9 @@ def _patch_bound_method_calls(dynamo) -> None:
     from torch._dynamo.variables.script_object import TorchScriptObjectVariable
     from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
 
-    def builtin(self, tx):  # the method's object, and its name
+    def builtin(self, tx):  # the script object and the method's name, or Nones
+        if not isinstance(self.obj, TorchScriptObjectVariable):
+            return None, None
         return self.obj, self.descriptor.__name__
 
     def python(self, tx):
