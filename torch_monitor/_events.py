@@ -31,13 +31,23 @@ def _log_event_object(event):
 def _as_tensor(value, key: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.detach()  # read, never differentiated
+    given = value
+    if type(value) not in (bool, int, float):
+        # NumPy scalars and other registered numbers, as an Event's data
+        # takes them (never in traced code, where values are tensors).
+        try:
+            value = _C._event_value(key, value)
+        except TypeError:
+            value = None
+    if type(value) is int and not -(2**63) <= value < 2**63:
+        raise OverflowError(f"log_event: the value of {key!r} does not fit in a 64-bit signed integer")
     # bool before int: a bool is an int in Python, not in an Event.
     for kind, dtype in ((bool, torch.bool), (int, torch.int64), (float, torch.float64)):
         if isinstance(value, kind):
             return torch.tensor(value, dtype=dtype)
     raise TypeError(
         f"log_event: the value of {key!r} must be a number, a one-element "
-        f"tensor or a str, got {type(value).__name__}"
+        f"tensor or a str, got {type(given).__name__}"
     )
 
 

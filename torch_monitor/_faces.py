@@ -25,6 +25,7 @@ import numbers
 import operator
 import os
 import re
+import sys
 import types
 import typing
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -124,6 +125,12 @@ def _dtype(value: Any, where: str) -> torch.dtype:
 
 
 def _any(value: Any, where: str) -> Any:
+    # A NumPy scalar (np.float32(loss), an np.int64 step), as SummaryWriter
+    # takes them: TorchScript's Any has no type for one. NumPy is looked up,
+    # not imported: a program that has one has imported it.
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.generic):
+        return value.item()
     return value
 
 

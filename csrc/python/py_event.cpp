@@ -420,6 +420,17 @@ void initEvent(py::module_& m) {
       py::arg("state"),
       "Rebuilds a pickled event (used by pickle)");
   m.def(
+      "_event_value",
+      [](const std::string& key, py::handle value) {
+        return std::visit(
+            [](const auto& v) { return py::cast(v); }, valueFromPython(key, value));
+      },
+      py::arg("key"),
+      py::arg("value"),
+      "`value` as an Event's data holds it (a bool, int, float or str: NumPy "
+      "scalars and other registered numbers converted, out-of-range ints "
+      "refused), for log_event(name, data)");
+  m.def(
       "_event_from_script",
       [](const torch::jit::Object& scriptEvent) {
         return c10::IValue(scriptEvent._ivalue())

@@ -2,6 +2,7 @@
 
 import datetime
 import os
+import pickle
 import random
 import time
 import types
@@ -151,6 +152,18 @@ def test_equality(impl, reference):
     assert a != make_event(impl, "eq", TIMESTAMPS[1], x=1.0, s="v")
     assert a != make_event(impl, "eq", TIMESTAMPS[0], x=2.0, s="v")
     assert a != make_event(impl, "eq", TIMESTAMPS[0], x=1.0)
+
+
+def test_an_event_holding_nan_equals_itself_and_its_copy(impl, reference):
+    # A loss that went NaN: torch.monitor's identity equality holds for the
+    # event itself; value equality must too, and for a copy (NaN != NaN).
+    e = make_event(impl, "nan", TIMESTAMPS[0], loss=float("nan"), n=1)
+    assert e == e
+    if reference:
+        return
+    assert e == pickle.loads(pickle.dumps(e))
+    assert e != make_event(impl, "nan", TIMESTAMPS[0], loss=1.0, n=1)
+    assert make_event(impl, "nan", TIMESTAMPS[0], loss=1.0, n=1) != e
 
 
 def test_repr(impl, reference):

@@ -379,6 +379,20 @@ def test_log_event_with_a_name_and_dict_in_eager(tm):
     assert memory.events()[1].name == "kw"
 
 
+def test_log_event_takes_numpy_scalars_and_refuses_what_an_event_cannot_hold(tm):
+    # As an Event's data does: a loss read back as np.float32, an np.int64
+    # count, NumPy's bool; an int beyond int64 is an OverflowError.
+    import numpy
+
+    with tm.MemoryHandler() as memory:
+        tm.log_event("numpy", {"loss": numpy.float32(0.5), "n": numpy.int64(3), "ok": numpy.bool_(True)})
+    data = memory.events()[0].data
+    assert data == {"loss": 0.5, "n": 3, "ok": True}
+    assert [type(data[k]) for k in ("loss", "n", "ok")] == [float, int, bool]
+    with pytest.raises(OverflowError, match="'n' does not fit in a 64-bit"):
+        tm.log_event("big", {"n": 2**64})
+
+
 def test_log_event_explains_wrong_arguments(tm):
     with pytest.raises(TypeError, match="data must be a dict"):
         tm.log_event("name", [1.0])

@@ -305,6 +305,20 @@ def test_native_add_scalar_step_is_optional(tm, tmp_path):
     assert points[-1][2] == 12.0
 
 
+def test_native_add_scalar_takes_numpy_scalars_as_summary_writer_does(tm, tmp_path):
+    import numpy
+
+    calls = [(numpy.float32(0.5), 1), (numpy.int64(7), numpy.int64(2)), (numpy.bool_(True), 3), (0.25, 4)]
+    with tm.TensorBoardWriter(tmp_path / "ours", flush_interval=3600) as ours:
+        for value, step in calls:
+            ours.add_scalar("x", value, step, walltime=100.0)
+    theirs = SummaryWriter(str(tmp_path / "theirs"))
+    for value, step in calls:
+        theirs.add_scalar("x", value, step, walltime=100.0)
+    theirs.close()
+    assert read_scalars(tmp_path / "ours") == read_scalars(tmp_path / "theirs")
+
+
 def test_torchscript_add_scalar_step_is_optional(tm, tmp_path):
     @torch.jit.script
     def write(tb: torch.classes.torch_monitor.TensorBoardWriter):

@@ -27,12 +27,36 @@ struct Event {
   // write points at it.
   std::optional<int64_t> step;
 
+  // Equal fields; a NaN in the data equals a NaN (an event equals its own
+  // copy, a logged loss that went NaN included).
   friend bool operator==(const Event& a, const Event& b) {
-    return a.name == b.name && a.timestamp == b.timestamp && a.data == b.data &&
-        a.step == b.step;
+    return a.name == b.name && a.timestamp == b.timestamp &&
+        a.step == b.step && sameData(a.data, b.data);
   }
   friend bool operator!=(const Event& a, const Event& b) {
     return !(a == b);
+  }
+
+ private:
+  static bool sameData(
+      const std::unordered_map<std::string, data_value_t>& a,
+      const std::unordered_map<std::string, data_value_t>& b) {
+    if (a.size() != b.size()) {
+      return false;
+    }
+    for (const auto& [key, value] : a) {
+      const auto it = b.find(key);
+      if (it == b.end()) {
+        return false;
+      }
+      const auto* x = std::get_if<double>(&value);
+      const auto* y = std::get_if<double>(&it->second);
+      const bool bothNaN = x != nullptr && y != nullptr && *x != *x && *y != *y;
+      if (!bothNaN && !(value == it->second)) {
+        return false;
+      }
+    }
+    return true;
   }
 };
 
