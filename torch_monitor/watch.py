@@ -238,8 +238,10 @@ class Watch:
                     "watch them", stacklevel=3)
         self._steps_checked += 1
         if self._steps_checked % 100 == 1:
-            replaced = [path for path, module, name, p in self._parameter_places
-                        if getattr(module, name, None) is not p]
+            # Looked up from the model: a module swapped in (model[2] = ...)
+            # replaces the parameters under its path.
+            replaced = [path for path, owner, name, p in self._parameter_places
+                        if getattr(_submodule(model, owner), name, None) is not p]
             if replaced:
                 self._parameter_places = [place for place in self._parameter_places
                                           if place[0] not in replaced]  # once each
@@ -247,6 +249,13 @@ class Watch:
                     f"torch_monitor.watch: {', '.join(map(repr, replaced))} were replaced in the "
                     "model after watch(); the watch observes the tensors it was given, no longer "
                     "the model's: remove() the watch and call watch() again", stacklevel=3)
+            unfrozen = [path for path, p in self._frozen if p.requires_grad]
+            if unfrozen:
+                self._frozen = [(path, p) for path, p in self._frozen if not p.requires_grad]
+                _warnings.warn(
+                    f"torch_monitor.watch: {', '.join(map(repr, unfrozen))} were frozen at watch() "
+                    "and are trainable now; they are not watched (nor in total.grad): remove() the "
+                    "watch and call watch() again to watch them", stacklevel=3)
 
     def _before_step(self, optimizer, args, kwargs) -> None:
         self._check_what_is_watched(optimizer)
@@ -282,11 +291,24 @@ class Watch:
                     local.grad = None if p.grad is None else p.grad.to_local()
 
 
+def _submodule(model, path):
+    """The module at ``path`` in ``model`` now, or None."""
+    try:
+        return model.get_submodule(path)
+    except AttributeError:
+        return None
+
+
 def _pattern(value, name) -> Optional[str]:
     """include/exclude as C++ reads them: the pattern's text."""
     if value is None:
         return None
     if isinstance(value, re.Pattern):
+        if value.flags & ~re.UNICODE:
+            raise ValueError(
+                f"torch_monitor.watch: {name} is read by its text, which drops the pattern's flags "
+                f"({re.RegexFlag(value.flags & ~re.UNICODE)!r}): write it to match without them "
+                "(e.g. [Bb]ias for re.IGNORECASE)")
         value = value.pattern
     if not isinstance(value, str):
         raise TypeError(f"torch_monitor.watch: {name} must be a regular expression (str), got {type(value).__name__}")
@@ -531,10 +553,14 @@ def watch(
         w._optimized_ids = in_optimizer
         watched = {id(p) for _, p in stepped}
         w._parameter_places = []  # a scripted module's cannot be replaced from Python
+        w._frozen = []
         if not isinstance(model, torch.jit.ScriptModule):
-            owners = dict(model.named_modules())
-            w._parameter_places = [(path, owners[path.rpartition(".")[0]], path.rpartition(".")[2], p)
+            w._parameter_places = [(path, path.rpartition(".")[0], path.rpartition(".")[2], p)
                                    for path, p in parameters if id(p) in watched]
+            # Frozen now, in the optimizer: trainable later (progressive
+            # unfreezing) they would go unwatched.
+            w._frozen = [(path, p) for path, p in parameters
+                         if not p.requires_grad and id(p) in in_optimizer and id(p) not in watched]
         w._steps_checked = 0
         w._gradients_after = False
         handles.append(optimizer.register_step_pre_hook(w._before_step))

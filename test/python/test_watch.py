@@ -986,6 +986,46 @@ def test_parameters_the_watch_cannot_follow_are_named_in_one_warning(events):
     w2.remove()
 
 
+def test_a_swapped_module_and_unfrozen_parameters_are_named_in_a_warning():
+    """The periodic check looks parameters up through the model (a swapped
+    module kept its old parameters, so nothing was said), and names the
+    parameters frozen at watch() that became trainable (progressive
+    unfreezing: they were left out of the statistics and total.grad)."""
+    import warnings
+
+    model = MLP()
+    model.fc1.requires_grad_(False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # holds every parameter
+    w = tm.watch(model, optimizer, what="grad", window_steps=1000)
+    assert not any(k.startswith("fc1.") for k in w.keys)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(102):  # checked at the first step and every 100th after it
+            if step == 1:
+                model.fc2 = torch.nn.Linear(8, 3)  # swapped
+                model.fc1.requires_grad_(True)  # unfrozen
+            optimizer.zero_grad()
+            model(torch.randn(2, 4)).sum().backward()
+            optimizer.step()
+    w.remove()
+    messages = sorted(str(c.message) for c in caught if "torch_monitor.watch" in str(c.message))
+    assert len(messages) == 2, messages
+    assert "'fc1.weight', 'fc1.bias' were frozen at watch() and are trainable now" in messages[0]
+    assert "'fc2.weight', 'fc2.bias' were replaced in the model after watch()" in messages[1]
+
+
+def test_include_and_exclude_patterns_with_flags_are_refused():
+    """A compiled pattern is read by its text, so its flags were dropped
+    without a word (re.I matched case-sensitively)."""
+    import re
+
+    with pytest.raises(ValueError, match=r"drops the pattern's flags \(re.IGNORECASE\)"):
+        tm.watch(MLP(), include=re.compile("FC1", re.I), window_steps=1)
+    w = tm.watch(MLP(), include=re.compile("fc1"), window_steps=1)  # no flag: taken
+    assert w.keys == ["fc1.weight.grad", "fc1.bias.grad", "total.grad"]
+    w.remove()
+
+
 def test_a_model_on_the_meta_device_is_watched_once_materialised():
     with torch.device("meta"):
         model = MLP()
