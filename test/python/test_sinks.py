@@ -437,6 +437,21 @@ def test_jsonl_append_and_truncate(tm, tmp_path):
     assert json.loads(line)["name"] == "y"
 
 
+def test_jsonl_appended_to_an_open_line_starts_a_line_of_its_own(tm, tmp_path):
+    # Another program (or a killed one) left the file's last line without
+    # its newline: the first record was glued to it and lost to readers.
+    path = tmp_path / "e.jsonl"
+    path.write_text('{"from": "another tool"}\n{"cut": ')
+    with tm.JsonLinesWriter(path):
+        tm.log_event(tm.Event("x", datetime.datetime.now(UTC), {"a": 1}))
+    lines = path.read_text().split("\n")
+    assert lines[:2] == ['{"from": "another tool"}', '{"cut": '] and lines[-1] == ""
+    assert json.loads(lines[2])["name"] == "x" and len(lines) == 4
+    with tm.JsonLinesWriter(path):  # ends with a newline now: nothing added
+        tm.log_event(tm.Event("y", datetime.datetime.now(UTC), {}))
+    assert [json.loads(line)["name"] for line in path.read_text().splitlines()[2:]] == ["x", "y"]
+
+
 # ------------------------------------------------------------ console, memory
 
 

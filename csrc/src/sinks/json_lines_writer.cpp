@@ -1,11 +1,14 @@
 #include <torch_monitor/sinks/json_lines_writer.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <c10/util/Exception.h>
 
 #include <torch_monitor/process_rank.h>
 #include <torch_monitor/sinks/detail/buffered_file_writer.h>
+#include <torch_monitor/sinks/detail/open_file.h>
 #include <torch_monitor/sinks/format/text.h>
 
 namespace torch_monitor::sinks {
@@ -15,6 +18,25 @@ namespace {
 size_t lineEnd(std::string_view data, size_t pos) {
   const size_t newline = data.find('\n', pos);
   return newline == std::string_view::npos ? data.size() : newline + 1;
+}
+
+// "\n" when `path` is a regular file whose last byte is not a newline (a
+// line another program did not finish): appended records then start on a
+// line of their own. Read through a descriptor of its own: the writer's is
+// write-only.
+std::string endOpenLine(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+    return std::string();
+  }
+  const int fd = detail::openFile(path.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) {
+    return std::string();
+  }
+  char last = '\n';
+  const bool read = ::pread(fd, &last, 1, st.st_size - 1) == 1;
+  ::close(fd);
+  return read && last != '\n' ? std::string("\n") : std::string();
 }
 
 } // namespace
@@ -28,7 +50,7 @@ struct JsonLinesWriter::Impl {
         writer(
             detail::FileLayout{
                 [this] { return *filePath; },
-                [] { return std::string(); },
+                &endOpenLine, // after the open: a truncated file is empty
                 &lineEnd,
                 /*exclusive=*/false,
                 /*truncateFirst=*/!options.append},

@@ -103,7 +103,7 @@ struct TensorBoardWriter::Impl {
         writer(
             detail::FileLayout{
                 [this] { return eventFileName(*runDir); },
-                [] {
+                [](const std::string& /*path*/) {
                   std::string header;
                   tensorboard::appendRecord(
                       header, tensorboard::fileVersionEvent(nowSeconds()));

@@ -484,7 +484,7 @@ bool BufferedFileWriter::openNextFile() {
       written_ = 0;
       dropped_.fetch_add(1, std::memory_order_relaxed);
     }
-    const std::string header = layout_.header();
+    const std::string header = layout_.header(path);
     pending_.insert(0, header);
     headerBytes_ = header.size();
     return true;

@@ -30,8 +30,10 @@ struct FileLayout {
   // Path of the next file to open: the first one, and a replacement when
   // the current file vanished (its directory was removed, say).
   std::function<std::string()> nextPath;
-  // Bytes every new file starts with (may return an empty string).
-  std::function<std::string()> header;
+  // Bytes a file starts with once opened (given its path; may be empty):
+  // a TensorBoard file's version record, or the newline that a JSON Lines
+  // file appended to needs when another program left its last line open.
+  std::function<std::string(const std::string& path)> header;
   // Given buffered data that starts at a record boundary, the offset just
   // past the record that contains byte `pos`. The writer walks records with
   // it (pos 0 of the data from a boundary on): to find where a failed write
