@@ -162,6 +162,14 @@ def test_bad_values(tm, tmp_path):
             writer.add_histogram("h", torch.tensor([float("nan"), float("inf")]), 1)
         with pytest.raises(TypeError):
             writer.add_histogram("h", [1.0, 2.0], 1)
+        # Refused at the call, not when the writer reads them (late, in
+        # ATen's words, the point dropped).
+        with pytest.raises(ValueError, match="meta device"):
+            writer.add_histogram("h", torch.empty(3, device="meta"), 1)
+        with pytest.raises(TypeError, match="dense tensor, got layout Sparse"):
+            writer.add_histogram("h", torch.eye(3).to_sparse(), 1)
+        with pytest.warns(UserWarning, match="nested tensors"), pytest.raises(TypeError, match="nested"):
+            writer.add_histogram("h", torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), 1)
         # None (a monitor before its first step) writes nothing
         writer.add_histogram("h", None, 1)
         writer.add_histogram("ok", torch.ones(2), 3)

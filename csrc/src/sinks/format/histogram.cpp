@@ -85,6 +85,21 @@ void checkValues(const at::Tensor& values) {
       "tensor, got ",
       dtype,
       "; for a complex tensor pass .real, .imag or .abs()");
+  // Refused here, at the call: read later (a device tensor's values are
+  // read when the writer writes), they failed with ATen's own words.
+  TORCH_CHECK_TYPE(
+      !values.is_nested(),
+      "add_histogram: values is a nested tensor; pass its values, e.g. "
+      "torch.cat([t.flatten() for t in values.unbind()])");
+  TORCH_CHECK_TYPE(
+      values.layout() == at::kStrided,
+      "add_histogram: values must be a dense tensor, got layout ",
+      values.layout(),
+      "; pass .to_dense() (or a sparse tensor's .values())");
+  TORCH_CHECK_VALUE(
+      !values.is_meta(),
+      "add_histogram: values is on the meta device, which holds no values; "
+      "pass the tensor once it holds them");
   TORCH_CHECK_VALUE(
       values.numel() > 0,
       "add_histogram: values is empty (shape ",
