@@ -88,6 +88,38 @@ def test_closed_pipe_is_one_warning_not_sigpipe(tm, sink, flush):
     assert "further" in warned[0] and "dropped" in warned[0]
 
 
+def test_a_console_on_a_pipe_that_does_not_block_writes_whole_lines(tm):
+    """Some launchers hand a program a stdout pipe in O_NONBLOCK mode. With a
+    slow reader the pipe fills: a line that did not fit was written in part,
+    then the write failed (EAGAIN), and the next output was glued to the
+    torn line. Now a line goes whole or not at all (counted dropped). The
+    child's stdout is a pipe that nobody reads until the lines are logged."""
+    out = run_isolated(
+        """
+        import fcntl, os
+        import torch_monitor as tm
+        report = os.fdopen(os.dup(1), "w")
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 1)
+        fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_NONBLOCK)
+        console = tm.ConsoleHandler("stdout")
+        console.register()
+        for i in range(50):
+            tm.log_event("e", {"i": i, "pad": "x" * 10000})
+        console.close()
+        os.write(1, b"NEXT\\n")
+        os.close(1)
+        os.close(write_end)
+        lines = os.fdopen(read_end, "rb").read().split(b"\\n")
+        whole = all(line.endswith(b'x"') for line in lines[:-2])
+        print(len(lines) - 2, console.dropped, whole, lines[-2], file=report)
+        """
+    )
+    kept, dropped, whole, last = out.stdout.split()
+    assert int(dropped) > 0 and int(kept) + int(dropped) == 50, out.stdout
+    assert whole == "True" and last == "b'NEXT'", out.stdout
+
+
 # ------------------------------------------------------------ FIFOs
 
 

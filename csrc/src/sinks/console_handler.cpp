@@ -3,6 +3,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,19 +17,53 @@
 namespace torch_monitor::sinks {
 namespace {
 
+// Whether `fd`, a pipe that does not block, lacks room for `size` more
+// bytes now: such a write would take part of the line and leave the rest
+// to a next write that finds the pipe full, tearing the line. Checked, the
+// line is dropped whole instead. (A line larger than the whole pipe is
+// written in parts: it can never fit at once.)
+bool noRoomInNonBlockingPipe(int fd, size_t size) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+    return false;
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || !(flags & O_NONBLOCK)) {
+    return false;
+  }
+  const int capacity = ::fcntl(fd, F_GETPIPE_SZ);
+  int queued = 0;
+  if (capacity <= 0 || ::ioctl(fd, FIONREAD, &queued) != 0) {
+    return false;
+  }
+  return size <= size_t(capacity) && size > size_t(capacity - queued);
+}
+
 // The whole line, in as many write(2)s as it takes; 0 or the errno. Each
 // write holds SIGPIPE back: a console handler must not kill a C++ training
 // program because `| head` closed the pipe.
 // A line the stream took only part of (a full disk) is cut off again when
-// the stream is a regular file, so that it never ends inside a line.
+// the stream is a regular file, so that it never ends inside a line; on a
+// pipe that does not block, the rest waits for room (at most a second),
+// since a pipe cannot be cut.
 int writeLine(int fd, const std::string& line) {
+  if (noRoomInNonBlockingPipe(fd, line.size())) {
+    return EAGAIN;
+  }
   size_t done = 0;
+  int waitedMs = 0;
   while (done < line.size()) {
     const ssize_t n = detail::writeWithoutSigpipe(
         fd, line.data() + done, line.size() - done);
     if (n < 0) {
       const int error = errno;
       if (error == EINTR) {
+        continue;
+      }
+      if (error == EAGAIN && done > 0 && waitedMs < 1000) {
+        pollfd room{fd, POLLOUT, 0};
+        ::poll(&room, 1, 10);
+        waitedMs += 10;
         continue;
       }
       struct stat st {};
