@@ -83,7 +83,9 @@ class TensorboardEventHandler:
 
     Args:
         writer: a ``torch.utils.tensorboard.SummaryWriter`` or any object with a
-            compatible ``add_scalar(tag, value, global_step=, walltime=)``.
+            compatible ``add_scalar(tag, value, global_step=, walltime=)``; one
+            whose ``add_scalar`` takes no ``global_step`` (torch.monitor's
+            handler never passes it) gets ``add_scalar(tag, value, walltime=)``.
         step: ``None`` for the event's step, else per-tag counters; or a
             zero-argument callable returning the step (keyword-only).
         event_names: names of the events to write (keyword-only); default
@@ -116,6 +118,7 @@ class TensorboardEventHandler:
         self._event_names = frozenset(event_names)
         self._counters: Dict[str, int] = {}
         self._warned_tags: Set[str] = set()
+        self._takes_step = True  # until the writer says it takes no global_step
         # Reentrant so that a writer which itself logs a monitor event (handled
         # again by this handler on the same thread) cannot deadlock.
         self._lock = threading.RLock()
@@ -146,12 +149,25 @@ class TensorboardEventHandler:
                     continue
                 step = explicit_step if explicit_step is not None else self._counters.get(tag, 0)
                 try:
-                    self._writer.add_scalar(tag, value, global_step=step, walltime=walltime)
+                    self._add_scalar(tag, value, step, walltime)
                 except Exception as exc:  # one bad point must not stop training
                     self._warn_once(tag, f"writer.add_scalar failed ({type(exc).__name__}: {exc})")
                     continue
                 if explicit_step is None:
                     self._counters[tag] = step + 1
+
+    def _add_scalar(self, tag: str, value: float, step: int, walltime: float) -> None:
+        if self._takes_step:
+            try:
+                self._writer.add_scalar(tag, value, global_step=step, walltime=walltime)
+                return
+            except TypeError as exc:
+                # A writer of torch.monitor's call, add_scalar(tag, value,
+                # walltime=): its points, without a step, as torch.monitor's.
+                if "global_step" not in str(exc):
+                    raise
+                self._takes_step = False
+        self._writer.add_scalar(tag, value, walltime=walltime)
 
     def _to_float(self, tag: str, value: Any) -> Optional[float]:
         """The scalar to write for ``value``, or None to skip it."""

@@ -257,6 +257,27 @@ def test_one_bad_value_never_crashes_and_warns_once_per_tag(tmp_path):
     assert [(s, v) for s, v, _ in got["good.sum"]] == [(0, 0.0), (1, 1.0), (2, 2.0)]
 
 
+class _StepFreeWriter:
+    """A writer written for torch.monitor's handler, which never passes a
+    step: add_scalar(tag, value, walltime=None)."""
+
+    def __init__(self):
+        self.points = []
+
+    def add_scalar(self, tag, value, walltime=None):
+        self.points.append((tag, value, walltime))
+
+
+def test_a_writer_taking_no_step_gets_torch_monitors_call(Event):
+    # Every point was lost to a TypeError (one warning per tag).
+    ours, theirs = _StepFreeWriter(), _StepFreeWriter()
+    events = [Event(STAT_EVENT, local_dt(T0 + i), {"loss.mean": 0.5 * i}) for i in range(2)]
+    for event in events:
+        TensorboardEventHandler(ours)(event)
+        torch.monitor.TensorboardEventHandler(theirs)(event)
+    assert ours.points == theirs.points == [("loss.mean", 0.0, T0), ("loss.mean", 0.5, T0 + 1)]
+
+
 def test_concurrent_calls_get_unique_ordered_steps(tmp_path, Event):
     n_threads, per_thread = 8, 50
     logdir = tmp_path / "run"
