@@ -239,6 +239,12 @@ def test_text_file_is_never_renamed_over_a_device_pipe_or_link(tm, tmp_path):
     sink.close()
     assert link.is_symlink() and real.read_text() == ""  # the empty exposition
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.prom", "metrics.fifo", "real.prom"]
+    # A dangling link too (its file not made yet): the link was replaced.
+    (tmp_path / "sub").mkdir()
+    dangling = tmp_path / "dangling.prom"
+    dangling.symlink_to("sub/later.prom")
+    tm.PrometheusTextFile(str(dangling)).close()
+    assert dangling.is_symlink() and (tmp_path / "sub" / "later.prom").read_text() == ""
     # /dev/stdout with stdout redirected to a file names that file, through
     # the descriptor: replacing it sent the program's output to a deleted
     # file. Any path through an open descriptor is refused.

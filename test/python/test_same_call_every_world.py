@@ -60,6 +60,8 @@ KWARGS = {
     # Watch (its sample's key 0 is a gradient)
     "observe_watch": {"values": [torch.ones(3)], "keys": [0], "before": []},
     "watch_steps": {"keys": [0], "parameters": [torch.ones(3)]},
+    "before_step": {"gradients_after": True},
+    "after_step": {"skipped": False},
 }
 # IntStat.add takes ints.
 INT_KWARGS = {"add": {"v": 2}, "add_tensor": {"values": torch.ones(3, dtype=torch.int64)}}

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
@@ -17,13 +18,31 @@
 namespace torch_monitor::sinks {
 namespace {
 
+// `path`, then the target of each symbolic link on the way to the file it
+// names (at most 40, as the kernel follows), whether that file exists or not.
+std::vector<std::filesystem::path> linkHops(const std::string& path) {
+  std::vector<std::filesystem::path> hops{path};
+  for (int links = 0; links < 40; ++links) {
+    const std::filesystem::path& hop = hops.back();
+    std::error_code error;
+    if (!std::filesystem::is_symlink(hop, error)) {
+      break;
+    }
+    const std::filesystem::path next = std::filesystem::read_symlink(hop, error);
+    if (error) {
+      break;
+    }
+    hops.push_back(next.is_absolute() ? next : hop.parent_path() / next);
+  }
+  return hops;
+}
+
 // Whether `path` reaches its file through a process' open descriptor
 // (/dev/stdout -> /proc/self/fd/1, /dev/fd/2): a redirected stdout names
 // the log file it writes to, which a rename over it would replace, so the
 // program's own output would go to a deleted file.
 bool throughOpenDescriptor(const std::string& path) {
-  std::filesystem::path hop(path);
-  for (int links = 0; links < 40; ++links) {
+  for (const std::filesystem::path& hop : linkHops(path)) {
     std::error_code error;
     const std::filesystem::path dir = std::filesystem::canonical(
         hop.parent_path().empty() ? "." : hop.parent_path(), error);
@@ -32,14 +51,6 @@ bool throughOpenDescriptor(const std::string& path) {
         d.compare(d.size() - 3, 3, "/fd") == 0) {
       return true;
     }
-    if (!std::filesystem::is_symlink(hop, error)) {
-      return false;
-    }
-    const std::filesystem::path next = std::filesystem::read_symlink(hop, error);
-    if (error) {
-      return false;
-    }
-    hop = next.is_absolute() ? next : hop.parent_path() / next;
   }
   return false;
 }
@@ -89,14 +100,9 @@ PrometheusTextFile::PrometheusTextFile(
       "replace the file that descriptor writes to; pass the path of a file "
       "of its own, such as 'metrics.prom' (use PrometheusExporter to serve "
       "the metrics)");
-  target_ = path_;
-  struct stat link {};
-  if (exists && ::lstat(path_.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
-    if (char* real = ::realpath(path_.c_str(), nullptr)) {
-      target_ = real;
-      std::free(real);
-    }
-  }
+  // Through a symbolic link the file it names is replaced, not the link,
+  // also when that file does not exist yet (a dangling link).
+  target_ = linkHops(path_).back().string();
   // An empty exposition at once: the collector sees the file, and a bad
   // path is reported now rather than at the first window.
   std::lock_guard<std::mutex> guard(writeMutex_);
