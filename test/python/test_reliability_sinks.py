@@ -259,6 +259,14 @@ def test_character_devices_still_work(tm):
             tm.log_event(tm.Event("e", datetime.datetime.now(), {"i": i}))
         sink.flush()
     assert sink.problems == [] and sink.dropped == 0
+    # /dev/full refuses every write: the loss at close names no reader (it
+    # said "the reader did not take them within 1 s").
+    with pytest.warns(RuntimeWarning, match="No space left"):
+        with tm.JsonLinesWriter("/dev/full", flush_interval=3600) as full:
+            tm.log_event(tm.Event("e", datetime.datetime.now(), {"i": 1}))
+    assert full.dropped == 1
+    lost = [p for p in full.problems if "lost" in p]
+    assert len(lost) == 1 and "reader" not in lost[0], full.problems
 
 
 def test_a_program_with_its_stdout_closed_keeps_its_files_whole(tmp_path):

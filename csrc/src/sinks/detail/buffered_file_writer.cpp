@@ -556,14 +556,19 @@ void BufferedFileWriter::close() {
     const bool onlyHeader = headerBytes_ == pending_.size();
     const size_t records = dropPending();
     if (!onlyHeader) {
+      // A pipe's or socket's reader had the drain time; a device (/dev/full)
+      // refused them, with the write error reported before.
+      struct stat st {};
+      const bool hasReader = !regularFile_ && fd_ >= 0 &&
+          ::fstat(fd_, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
       problems_.report(
           "lost at close",
           std::to_string(records) + " record(s) (" + std::to_string(bytes) +
               " bytes) of events could not be written before close and are "
               "lost (dropped() counts them)" +
-              (regularFile_ ? std::string()
-                            : " (the reader did not take them within " +
-                       formatSeconds(kCloseDrainTimeout) + ")"));
+              (hasReader ? " (the reader did not take them within " +
+                       formatSeconds(kCloseDrainTimeout) + ")"
+                         : std::string()));
     }
   }
   if (fd_ >= 0) {
