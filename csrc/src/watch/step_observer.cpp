@@ -57,14 +57,18 @@ void StepObserver::observeGradients() {
   }
 }
 
+void StepObserver::forgetStep() {
+  stepped_.clear();
+  before_.clear();
+  steppedKeys_.clear();
+}
+
 void StepObserver::before(bool gradientsAfter) {
   gradientsAfter_ = gradientsAfter;
   if (!gradientsAfter) {
     observeGradients();
   }
-  stepped_.clear();
-  before_.clear();
-  steppedKeys_.clear();
+  forgetStep();
   for (size_t i = 0; i < updates_.size(); ++i) {
     const auto& [key, p] = updates_[i];
     // A closure may give a gradient to a parameter that has none yet (its
@@ -92,9 +96,7 @@ void StepObserver::before(bool gradientsAfter) {
 
 void StepObserver::after(bool skipped) {
   if (skipped) {
-    stepped_.clear();
-    before_.clear();
-    steppedKeys_.clear();
+    forgetStep();
     return;
   }
   if (gradientsAfter_) {
@@ -125,9 +127,7 @@ void StepObserver::after(bool skipped) {
   if (!stepped_.empty()) {
     recorder_->observe(
         recorder_->slots(), recorder_->gate(), stepped_, steppedKeys_, before_);
-    stepped_.clear();
-    before_.clear();
-    steppedKeys_.clear();
+    forgetStep();
   }
   recorder_->optimizerStepped();
 }

@@ -41,6 +41,7 @@ class TORCH_MONITOR_API StepObserver {
  private:
   using Watched = std::vector<std::pair<int64_t, at::Tensor>>;
   void observeGradients();
+  void forgetStep(); // this step's updates: none
   std::shared_ptr<Recorder> recorder_;
   Watched grads_;
   Watched weights_;
