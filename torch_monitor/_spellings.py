@@ -33,6 +33,12 @@ def _ms_to_timedelta(ms: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=ms)
 
 
+# Aggregation members by their TorchScript names ("mean"), and the names by
+# value: read once (each read of a pybind11 enum's __members__ builds it anew).
+_AGGREGATIONS = {name.lower(): member for name, member in _C.Aggregation.__members__.items()}
+_AGGREGATION_NAMES = {int(member): name for name, member in _AGGREGATIONS.items()}
+
+
 def _aggregations(value: Any, where: str) -> Any:
     """Aggregation members, names or ints, as TorchScript takes them."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
@@ -40,7 +46,7 @@ def _aggregations(value: Any, where: str) -> Any:
             f"{where} must be a sequence such as [Aggregation.MEAN, Aggregation.MAX], "
             f"got {type(value).__name__}"
         )
-    names = {int(member): name.lower() for name, member in _C.Aggregation.__members__.items()}
+    names = _AGGREGATION_NAMES
     if not value:
         raise ValueError(f"{where} is empty: give at least one aggregation (e.g. [Aggregation.MEAN])")
     out = []
@@ -87,7 +93,7 @@ def _sync_given_group(stat: Any, given: Dict[str, Any]) -> None:
 
 
 def _aggregation_dict(values: Dict[str, Any]) -> Dict[Any, Any]:
-    return {_C.Aggregation.__members__[name.upper()]: value for name, value in values.items()}
+    return {_AGGREGATIONS[name]: value for name, value in values.items()}
 
 
 _STAT = Spelling(
@@ -110,7 +116,7 @@ _STAT = Spelling(
         ),
         "window_steps": (lambda self: self._call("window_steps", (), {}) or None, "Optional[int]"),
         "aggregations": (
-            lambda self: [_C.Aggregation.__members__[n.upper()] for n in self._call("aggregations", (), {})],
+            lambda self: [_AGGREGATIONS[n] for n in self._call("aggregations", (), {})],
             "List[Aggregation]",
         ),
     },
@@ -129,15 +135,6 @@ _STAT = Spelling(
 )
 
 
-def _enter_tracker(self: Any) -> Any:
-    self._call("__enter__", (), {})
-    return self
-
-
-def _exit_tracker(self: Any, *exc_info: Any) -> None:
-    self._call("__exit__", (None, None, None), {})
-
-
 _WAIT_COUNTER = Spelling(
     kinds={"window_size": "seconds"},
     positional=2,
@@ -145,14 +142,13 @@ _WAIT_COUNTER = Spelling(
     properties={
         "window_size": (lambda self: _ms_to_timedelta(self._call("window_size_ms", (), {})), "datetime.timedelta"),
     },
-    results={
-        "guard": (lambda tracker: _faces.wrap(WaitCounterTracker, tracker), "'WaitCounterTracker'"),
-        "get": (_aggregation_dict, "Dict[Aggregation, float]"),
-    },
+    results={"get": (_aggregation_dict, "Dict[Aggregation, float]")},
+    install=_C._install_wait_counter_guard,
+    signatures={"guard": "(self) -> WaitCounterTracker"},
 )
 
 _WAIT_COUNTER_TRACKER = Spelling(
-    methods={"__enter__": _enter_tracker, "__exit__": _exit_tracker},
+    install=_C._install_wait_counter_tracker,
     signatures={"__enter__": "(self) -> WaitCounterTracker", "__exit__": "(self, *exc_info: Any) -> None"},
     copies="refuse",
     no_pickle="it is a unit of work being timed; pickle its WaitCounter and call guard() on the copy",
@@ -208,8 +204,8 @@ FACES: Dict[str, Spelling] = {
         results={"get": (_aggregation_dict, "Dict[Aggregation, int]")},
         signatures={"add": "(self, v: Union[int, torch.Tensor]) -> None"},
     ),
+    "WaitCounterTracker": _WAIT_COUNTER_TRACKER,  # before WaitCounter: guard() makes one
     "WaitCounter": _WAIT_COUNTER,
-    "WaitCounterTracker": _WAIT_COUNTER_TRACKER,
     "TensorBoardWriter": _sink(
         positional=1,
         before_init=sync_process_rank,  # the folder is chosen now

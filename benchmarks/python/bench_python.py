@@ -8,7 +8,10 @@ for, in one process, against PyTorch's own torch.monitor:
   2. ``stat.add(v)``                      (attribute lookup)   <= 0.25x
   3. ``log_event(event)`` with 0/1/3 no-op Python handlers     (1 handler) <= 1.0x
   4. ``Event(name, datetime, {1 key})`` with TZ unset          <= 0.5x
-  5. scripted (TorchScript) ``self.stat.add(float(i))``        <= 150 ns per call
+  5. ``with counter.guard(): pass``                           <= 1.0x
+     (and, for information, a counter made per call as PyTorch's code
+     does, and a Stat's construction)
+  6. scripted (TorchScript) ``self.stat.add(float(i))``        <= 150 ns per call
      (torch.monitor cannot run in TorchScript: no ratio)
 
 Method: plain ``timeit`` (its loop, GC disabled while timing), statements
@@ -268,6 +271,36 @@ def bench_tensor_add(args, warnings):
     ]
 
 
+def bench_wait_counter(args, warnings):
+    """`with counter.guard(): pass`, with the counter made once, and made per
+    call as PyTorch's own code does (`with _WaitCounter(key).guard():`);
+    then the construction of a Stat, for reference."""
+    rows = []
+    cases = [
+        ("with counter.guard(): pass", "with counter.guard(): pass", "counter = lib._WaitCounter('bench.guard')", 1.0, ""),
+        (
+            "with _WaitCounter(key).guard(): pass (a counter per call)",
+            "with lib._WaitCounter('bench.per_call').guard(): pass",
+            "pass",
+            None,
+            "PyTorch's own idiom: each call makes a handle of the key's one counter",
+        ),
+        (
+            "Stat(name, [MEAN], timedelta(seconds=60))",
+            "lib.Stat('bench.made', [lib.Aggregation.MEAN], window)",
+            "pass",
+            None,
+            "construction and destruction",
+        ),
+    ]
+    for case, stmt, setup, target, note in cases:
+        libs = {OURS: ours, REF: reference}
+        bench = Bench({k: timer(stmt, setup, lib=lib, window=WINDOW) for k, lib in libs.items()}, args.min_time)
+        samples = bench.run(args.reps)
+        rows.append(Row(case, samples[OURS], samples[REF], target=target, note=note))
+    return rows
+
+
 def _make_noop_handler():
     # A distinct function object each call, so each can be checked for release.
     def noop(event):
@@ -486,7 +519,8 @@ def main():
     warnings = []
     loop_ns = median(Bench({"pass": timer("pass")}, args.min_time).run(args.reps)["pass"])
     rows = []
-    for section in (bench_stat_add, bench_tensor_add, bench_log_event, bench_event, bench_torchscript):
+    sections = (bench_stat_add, bench_tensor_add, bench_log_event, bench_event, bench_wait_counter, bench_torchscript)
+    for section in sections:
         rows += section(args, warnings)
 
     print("Medians in ns per call (± half the max-min spread over repetitions, as % of the median).")

@@ -3,6 +3,7 @@
 #include "py_common.h"
 #include "internals.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,58 @@ c10::ClassTypePtr scriptClass(const std::string& name) {
   return torch::getCustomClass("__torch__.torch.classes.torch_monitor." + name);
 }
 
+// `obj` as an IValue when it is a plain value (an exact float, int, bool,
+// str or None, or a list of str: a Stat's aggregations), for an argument of type Any or
+// of the value's own type: torch's conversion (toIValue) infers an Any's
+// type by importing modules and running isinstance checks in Python, three
+// quarters of a Stat's construction (callgrind), and checks a str against
+// tensors first. nullopt for anything else, which torch converts.
+std::optional<c10::IValue> plainValue(PyObject* obj) {
+  if (obj == Py_None) {
+    return c10::IValue();
+  }
+  if (PyFloat_CheckExact(obj)) {
+    return c10::IValue(PyFloat_AS_DOUBLE(obj));
+  }
+  if (PyBool_Check(obj)) {
+    return c10::IValue(obj == Py_True);
+  }
+  if (PyLong_CheckExact(obj)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow == 0 && !(v == -1 && PyErr_Occurred())) {
+      return c10::IValue(static_cast<int64_t>(v));
+    }
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  if (PyUnicode_CheckExact(obj)) {
+    Py_ssize_t size = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(obj, &size);
+    if (text == nullptr) { // a lone surrogate: torch's message
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    return c10::IValue(std::string(text, size));
+  }
+  if (!PyList_CheckExact(obj) || PyList_GET_SIZE(obj) == 0) {
+    return std::nullopt;
+  }
+  c10::List<std::string> items;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(obj); ++i) {
+    PyObject* item = PyList_GET_ITEM(obj, i);
+    std::optional<c10::IValue> value;
+    if (PyUnicode_CheckExact(item)) {
+      value = plainValue(item);
+    }
+    if (!value) {
+      return std::nullopt;
+    }
+    items.push_back(value->toStringRef());
+  }
+  return c10::IValue(std::move(items));
+}
+
 // Runs `method` of `self` with Python arguments matched to its schema (names,
 // defaults, keyword-only) exactly as TorchScript callers would pass them;
 // returns the result as a Python object.
@@ -57,13 +110,34 @@ py::object runMethod(
     const c10::IValue& self,
     const py::tuple& args,
     const py::dict& kwargs) {
+  const c10::FunctionSchema& schema = method.getSchema();
+  const std::vector<c10::Argument>& arguments = schema.arguments();
   torch::jit::Stack stack;
   try {
-    stack = torch::jit::createStackForSchema(
-        method.getSchema(),
-        torch::jit::tuple_slice(args),
-        py::reinterpret_borrow<py::kwargs>(kwargs),
-        self);
+    if (kwargs.empty() && args.size() + 1 == arguments.size()) {
+      // Every argument by position, as the faces call: plain values are
+      // converted here (plainValue).
+      stack.reserve(arguments.size());
+      stack.push_back(self);
+      for (size_t i = 1; i < arguments.size(); ++i) {
+        py::handle arg = args[i - 1];
+        const c10::TypePtr& type = arguments[i].type();
+        std::optional<c10::IValue> value = plainValue(arg.ptr());
+        if (value && type->kind() != c10::TypeKind::AnyType &&
+            value->type() != type) {
+          value.reset(); // e.g. an int for a float: torch converts it
+        }
+        stack.push_back(
+            value ? std::move(*value)
+                  : torch::jit::argumentToIValue(schema, i, arg));
+      }
+    } else {
+      stack = torch::jit::createStackForSchema(
+          schema,
+          torch::jit::tuple_slice(args),
+          py::reinterpret_borrow<py::kwargs>(kwargs),
+          self);
+    }
   } catch (const torch::jit::schema_match_error& e) {
     throw py::type_error(e.what());
   }
@@ -119,6 +193,27 @@ Face::Face(torch::jit::Object object) : torch::jit::Object(std::move(object)) {
   holder_ = slots[0].toCapsule().get();
 }
 
+namespace {
+
+// Makes `face`, a face never initialised, wrap `object`.
+void initialiseFace(py::handle face, torch::jit::Object object) {
+  if (!py::isinstance<Face>(face) || cppObjectOf(face.ptr()) != nullptr) {
+    throw py::type_error(
+        std::string("a face never initialised is needed, got ") +
+        Py_TYPE(face.ptr())->tp_name);
+  }
+  auto value = std::make_unique<Face>(std::move(object));
+  constructInstance(face, value.release());
+}
+
+} // namespace
+
+py::object newFace(py::handle cls, torch::jit::Object object) {
+  py::object face = allocateUninitialised(cls);
+  initialiseFace(face, std::move(object));
+  return face;
+}
+
 void hardenFaceClass(py::handle cls) {
   initialiseOnNew(cls);
   usePlainGetattr(cls);
@@ -131,12 +226,6 @@ void initFaces(py::module_& m) {
       "Base of the Python faces of torch.classes.torch_monitor objects "
       "(torch_monitor/_faces.py makes them from the TorchScript schemas)");
   face.def(
-          py::init([](py::handle scriptObject) {
-            return Face(scriptObject.cast<torch::jit::Object>());
-          }),
-          py::arg("script_object"),
-          "Wraps a torch.classes.torch_monitor object")
-      .def(
           "_call",
           [](const Face& self,
              const std::string& name,
@@ -188,15 +277,16 @@ void initFaces(py::module_& m) {
       // this does nothing.
       .def("__setstate__", [](const Face&, py::handle) {});
   m.def(
-      "_new_script_object",
-      [](const std::string& name, const py::tuple& args, const py::dict& kwargs) {
-        return newObject(name, "__init__", args, kwargs);
+      "_init_face",
+      [](py::handle face, const std::string& name, const py::tuple& args) {
+        initialiseFace(face, newObject(name, "__init__", args, py::dict()));
       },
+      py::arg("face"),
       py::arg("name"),
       py::arg("args"),
-      py::arg("kwargs"),
-      "A new torch.classes.torch_monitor.<name>(*args, **kwargs) (warnings "
-      "become Python RuntimeWarnings)");
+      "Makes `face` (never initialised) wrap a new "
+      "torch.classes.torch_monitor.<name>(*args) (warnings become Python "
+      "RuntimeWarnings)");
   m.def(
       "_restore_script_object",
       [](const std::string& name, const py::handle& state) {
@@ -231,10 +321,8 @@ void initFaces(py::module_& m) {
       "without it)");
   m.def(
       "_wrap",
-      [](py::handle cls, py::handle scriptObject) {
-        py::object face = allocateUninitialised(cls);
-        py::type::of<Face>().attr("__init__")(face, scriptObject);
-        return face;
+      [](py::handle cls, const torch::jit::Object& scriptObject) {
+        return newFace(cls, scriptObject);
       },
       py::arg("cls"),
       py::arg("script_object"),

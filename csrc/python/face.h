@@ -40,6 +40,11 @@ struct Face : torch::jit::Object {
   torch::CustomClassHolder* holder_;
 };
 
+// A new face of class `cls` (a face class) wrapping `object`, a
+// custom-class object of that class: made in C++, without the Python
+// torch.ScriptObject a call of Face.__init__ would need.
+py::object newFace(py::handle cls, torch::jit::Object object);
+
 // The Face of `obj` when obj is an initialised face, else nullptr with a
 // Python TypeError set. For raw CPython methods (hot paths), which
 // pybind11's checks do not cover; inline, as it runs on every Stat.add.

@@ -136,6 +136,14 @@ py::object allocateUninitialised(py::handle type) {
   return py::reinterpret_steal<py::object>(object);
 }
 
+void constructInstance(py::handle instance, void* value) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(instance.ptr());
+  py::detail::value_and_holder v_h =
+      *py::detail::values_and_holders(inst).begin();
+  v_h.value_ptr() = value;
+  v_h.type->init_instance(inst, nullptr); // registers it, makes its holder
+}
+
 void addFastMethod(
     py::handle cls,
     const char* name,

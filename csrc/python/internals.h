@@ -8,7 +8,8 @@
 // signatures (Typed).
 // test/python/test_reliability_monitors.py fails loudly if a pybind11
 // upgrade changes what these rely on (objects made with __new__ alone must
-// raise TypeError, pickling must round-trip).
+// raise TypeError, pickling must round-trip); every face is made through
+// constructInstance, so every test that makes one guards it.
 
 #include <pybind11/pybind11.h>
 
@@ -49,6 +50,13 @@ void initialiseOnNew(pybind11::handle cls);
 // initialiseOnNew or derived from one), for code that initialises it at
 // once (wrapping an existing object): its __new__ would run __init__.
 py::object allocateUninitialised(py::handle type);
+
+// Makes `value` the C++ object of `instance` (made by allocateUninitialised),
+// which owns it from now on: what pybind11's constructors do after their
+// C++ constructor ran, without a call through Python (a face made in C++,
+// as WaitCounter.guard() makes one per call, costs 0.5 us less). `value`
+// must come from `new` of the instance's registered C++ type.
+void constructInstance(py::handle instance, void* value);
 
 // A hot path's CPython method: `function` (METH_FASTCALL | METH_KEYWORDS)
 // as method `name` of class `cls`; `doc` starts with its text signature

@@ -42,6 +42,7 @@ PYBIND11_MODULE(_C, m) {
   tp::initHandlers(m);
   tp::initFaces(m);
   tp::initStats(m);
+  tp::initWaitCounters(m);
   tp::initReducers(m);
   tp::initCustomReducers(m);
   tp::initMonitors(m);

@@ -30,31 +30,36 @@ namespace py = pybind11;
 void setPythonError(const std::exception& e);
 
 // Runs `body` inside a raw CPython method (one that bypasses pybind11 and so
-// its exception translators) and returns the method's result: a new
-// reference to None, or nullptr with the Python error matching what `body`
-// threw (a pending Python error is restored as it was; anything that is no
-// std::exception becomes a RuntimeError rather than escaping into CPython).
+// its exception translators) and returns what it returns (a new reference),
+// or nullptr with the Python error matching what `body` threw (a pending
+// Python error is restored as it was; anything that is no std::exception
+// becomes a RuntimeError rather than escaping into CPython).
 template <typename F>
-PyObject* noneOrPythonError(F&& body) {
+PyObject* resultOrPythonError(F&& body) {
   try {
-    body();
+    return body();
   } catch (py::error_already_set& e) {
     e.restore();
-    return nullptr;
   } catch (const py::builtin_exception& e) {
     e.set_error();
-    return nullptr;
   } catch (const std::exception& e) {
     setPythonError(e);
-    return nullptr;
   } catch (...) { // e.g. a C++ event handler throwing an int
     PyErr_SetString(
         PyExc_RuntimeError,
         "torch_monitor: C++ code threw an exception that is not a "
         "std::exception");
-    return nullptr;
   }
-  Py_RETURN_NONE;
+  return nullptr;
+}
+
+// resultOrPythonError for a `body` that returns nothing: None.
+template <typename F>
+PyObject* noneOrPythonError(F&& body) {
+  return resultOrPythonError([&]() -> PyObject* {
+    body();
+    Py_RETURN_NONE;
+  });
 }
 
 // The arguments of a raw METH_FASTCALL | METH_KEYWORDS method, given by
@@ -148,6 +153,7 @@ void initAggregation(py::module_& m);
 void initEvent(py::module_& m);
 void initHandlers(py::module_& m);
 void initStats(py::module_& m);
+void initWaitCounters(py::module_& m);
 void initReducers(py::module_& m);
 void initCustomReducers(py::module_& m);
 void initMonitors(py::module_& m);

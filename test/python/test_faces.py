@@ -201,3 +201,29 @@ def test_a_sync_ranks_error_names_what_it_is_about():
             assert str(refused.value).startswith(head) and before in str(refused.value), str(refused.value)
         """
     )
+
+
+@pytest.mark.parametrize(
+    "cls_name, kwargs",
+    [
+        ("Stat", dict(name="s", aggregations=["mean", "max"], window_size=60.0, max_samples=5, close_on_time=True)),
+        ("IntStat", dict(name="s", aggregations=["sum"], max_samples=2**62, window_steps=3)),
+        ("WaitCounter", dict(key="k", window_size=0.25, close_on_time=True)),
+    ],
+)
+def test_plain_arguments_reach_cpp_as_torch_converts_them(cls_name, kwargs):
+    """The faces convert plain values (exact float, int, bool, str, None, a
+    list of str) for C++ themselves, since torch's conversion of an Any
+    argument costs most of a construction: each object is configured as the
+    one torch.classes makes with torch's conversion of the same values."""
+    ours = getattr(tm, cls_name)(**kwargs)
+    theirs = getattr(torch.classes.torch_monitor, cls_name)(**kwargs)
+    assert ours._call("__obj_flatten__", (), {}) == theirs.__obj_flatten__()
+    # A method call by position (converted here) and by keyword (torch).
+    if cls_name != "WaitCounter":
+        sample = 3 if cls_name == "IntStat" else 2.5
+        ours._call("add", (sample,), {})
+        ours._call("add", (), {"v": sample})
+        tm._close_all_stats()  # logs the open window: get() reads it
+        expected = {"sum": 6} if cls_name == "IntStat" else {"mean": 2.5, "max": 2.5}
+        assert ours._call("get", (), {}) == expected

@@ -143,6 +143,27 @@ def test_entering_a_guard_twice_is_an_error(tm):
         pass
 
 
+def test_guard_enter_and_exit_check_their_arguments(tm, events):
+    # guard(), __enter__ and __exit__ are hand-written (the hot path): they
+    # take what the derived methods took, and `as` binds the tracker.
+    counter = tm.WaitCounter("fast.arguments")
+    with pytest.raises(TypeError, match="guard"):
+        counter.guard(1)
+    with pytest.raises(TypeError, match="guard"):
+        counter.guard(key="x")
+    tracker = counter.guard()
+    with pytest.raises(TypeError, match="__enter__"):
+        tracker.__enter__(1)
+    with tracker as bound:
+        assert bound is tracker
+    with pytest.raises(TypeError, match="by position"):
+        tracker.__exit__(exc_type=None)
+    tracker.__enter__()
+    tracker.__exit__(None, None, None, "extra")  # *exc_info: any number
+    tm._close_all_stats()
+    assert counter.get()[tm.Aggregation.COUNT] == 2
+
+
 def test_guards_on_several_threads_are_all_counted(tm, events):
     counter = tm.WaitCounter("threads", 60.0)
 
