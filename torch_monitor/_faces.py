@@ -244,8 +244,8 @@ class Spelling(NamedTuple):
     #: same name (the method itself is then hidden).
     getters: Tuple[str, ...] = ()
     #: Other read-only properties: {property: (a function of the face, its
-    #: annotation)}.
-    properties: Dict[str, Tuple[Callable[[Any], Any], str]] = {}
+    #: annotation, its doc)}.
+    properties: Dict[str, Tuple[Callable[[Any], Any], str, str]] = {}
     #: Results converted for Python: {method: (convert, its annotation)}.
     results: Dict[str, Tuple[Callable[[Any], Any], str]] = {}
     #: Methods written in Python or C++ rather than derived: {name: function}.
@@ -524,9 +524,9 @@ def make_face(cls_name: str, spelling: Spelling) -> type:
         getter = namespace.pop(name, None)
         if getter is None:
             raise AssertionError(f"{cls_name}.{name}: no TorchScript method {name}")
-        properties[name] = (getter, getter.__face_signature__.rpartition(" -> ")[2])
-    for prop, (getter, returns) in properties.items():
-        namespace[prop] = property(getter, doc=getter.__doc__)
+        properties[name] = (getter, getter.__face_signature__.rpartition(" -> ")[2], getter.__doc__)
+    for prop, (getter, returns, doc) in properties.items():
+        namespace[prop] = property(getter, doc=doc)
         namespace[prop].fget.__face_property__ = returns
     if any(schema.name == "__getstate__" for schema, _ in methods):
         # The TorchScript state (its version first), not torch.ScriptObject's.

@@ -113,11 +113,17 @@ _STAT = Spelling(
                 None if self._call("window_steps", (), {}) else _ms_to_timedelta(self._call("window_size_ms", (), {}))
             ),
             "Optional[datetime.timedelta]",
+            "The time window (None for a window of steps)",
         ),
-        "window_steps": (lambda self: self._call("window_steps", (), {}) or None, "Optional[int]"),
+        "window_steps": (
+            lambda self: self._call("window_steps", (), {}) or None,
+            "Optional[int]",
+            "The window in training steps (None for a time window)",
+        ),
         "aggregations": (
             lambda self: [_AGGREGATIONS[n] for n in self._call("aggregations", (), {})],
             "List[Aggregation]",
+            "The aggregations logged per window",
         ),
     },
     results={"get": (_aggregation_dict, "Dict[Aggregation, float]")},
@@ -140,7 +146,11 @@ _WAIT_COUNTER = Spelling(
     positional=2,
     getters=("key", "close_on_time"),
     properties={
-        "window_size": (lambda self: _ms_to_timedelta(self._call("window_size_ms", (), {})), "datetime.timedelta"),
+        "window_size": (
+            lambda self: _ms_to_timedelta(self._call("window_size_ms", (), {})),
+            "datetime.timedelta",
+            "The window",
+        ),
     },
     results={"get": (_aggregation_dict, "Dict[Aggregation, float]")},
     install=_C._install_wait_counter_guard,

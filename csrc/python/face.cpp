@@ -216,7 +216,7 @@ py::object newFace(py::handle cls, torch::jit::Object object) {
 
 void hardenFaceClass(py::handle cls) {
   initialiseOnNew(cls);
-  usePlainGetattr(cls);
+  usePlainAttributes(cls);
 }
 
 void initFaces(py::module_& m) {
@@ -316,9 +316,9 @@ void initFaces(py::module_& m) {
       py::arg("cls"),
       "Makes cls.__new__(cls, ...) initialise the object as cls(...) does "
       "(so none is ever left uninitialised), and gives the class plain "
-      "attribute lookup (torch.ScriptObject's __getattr__ hook would slow "
-      "every lookup, and calls like stat.add(v) bind the method first "
-      "without it)");
+      "attribute lookup and assignment (torch.ScriptObject's hooks would "
+      "slow every lookup, and raise RuntimeError for an attribute that "
+      "cannot be set)");
   m.def(
       "_wrap",
       [](py::handle cls, const torch::jit::Object& scriptObject) {

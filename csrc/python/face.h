@@ -76,8 +76,9 @@ c10::intrusive_ptr<T> scriptObjectOf(py::handle obj, const char* what) {
 
 // Gives a face class the policy every face follows: cls.__new__(cls, ...)
 // initialises the object as cls(...) does (none is ever left
-// uninitialised), and attribute lookup is plain (torch.ScriptObject's
-// __getattr__ hook would slow every lookup; the methods are the class's).
+// uninitialised), and attribute lookup and assignment are plain
+// (usePlainAttributes: the methods are the class's, and an attribute that
+// cannot be set is an AttributeError).
 void hardenFaceClass(py::handle cls);
 
 void initFaces(py::module_& m);

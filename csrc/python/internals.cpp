@@ -164,9 +164,10 @@ void addFastMethod(
   Py_DECREF(descriptor);
 }
 
-void usePlainGetattr(py::handle cls) {
+void usePlainAttributes(py::handle cls) {
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   type->tp_getattro = PyObject_GenericGetAttr;
+  type->tp_setattro = PyObject_GenericSetAttr;
   PyType_Modified(type);
 }
 

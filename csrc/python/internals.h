@@ -69,12 +69,15 @@ void addFastMethod(
     PyObject* (*function)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*),
     const char* doc);
 
-// Gives `cls` plain attribute lookup: torch.ScriptObject's __getattr__ hook
-// would slow every lookup, and only with plain lookup does CPython call a
-// method without binding it first (`stat.add(v)`: 21 ns, against 56 ns
-// with any other lookup function; benchmarks/python/bench_python.py). For
-// classes given to initialiseOnNew, whose instances are always initialised.
-void usePlainGetattr(py::handle cls);
+// Gives `cls` plain attribute lookup and assignment: torch.ScriptObject's
+// __getattr__ hook would slow every lookup, and only with plain lookup does
+// CPython call a method without binding it first (`stat.add(v)`: 21 ns,
+// against 56 ns with any other lookup function;
+// benchmarks/python/bench_python.py); its __setattr__ would raise
+// RuntimeError ("does not have an attribute") where Python code expects
+// AttributeError (`stat.name = "x"`: a read-only property). For classes
+// given to initialiseOnNew, whose instances are always initialised.
+void usePlainAttributes(py::handle cls);
 
 // The parameter, buffer or submodule `name` of nn.Module `module`, read
 // straight from nn.Module's private dicts (_parameters, _buffers,

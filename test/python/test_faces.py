@@ -227,3 +227,44 @@ def test_plain_arguments_reach_cpp_as_torch_converts_them(cls_name, kwargs):
         tm._close_all_stats()  # logs the open window: get() reads it
         expected = {"sum": 6} if cls_name == "IntStat" else {"mean": 2.5, "max": 2.5}
         assert ours._call("get", (), {}) == expected
+
+
+def test_every_public_member_of_every_face_is_documented():
+    """help() says what each method and property is: its doc comes from the
+    TorchScript registration (or, for a Python-only property, the table of
+    spellings), so a member registered without one fails here."""
+    from torch_monitor import _faces
+
+    missing = []
+    for name, cls in _faces.FACE_CLASSES.items():
+        for member, value in vars(cls).items():
+            if member.startswith("_"):
+                continue
+            if not (value.__doc__ or "").strip():
+                missing.append(f"{name}.{member}")
+    assert not missing, f"members without a doc string: {missing}"
+
+
+def test_setting_an_attribute_of_any_face_is_an_attribute_error(tmp_path):
+    """As on torch.monitor's objects (and any Python object without a
+    __dict__): torch.ScriptObject's own __setattr__ raised RuntimeError."""
+    import test_law_round_trip as law
+
+    reference = torch.monitor.Stat("s", [torch.monitor.Aggregation.MEAN], datetime.timedelta(seconds=60))
+    with pytest.raises(AttributeError):
+        reference.not_an_attribute = 1
+    for cls_name in law.CLASSES:
+        if cls_name in law.NO_FACE or cls_name not in law.SAMPLES:
+            continue
+        obj = law.build(cls_name, law.SAMPLES[cls_name][0], tmp_path / cls_name)
+        try:
+            with pytest.raises(AttributeError, match="not_an_attribute"):
+                obj.not_an_attribute = 1
+            with pytest.raises(AttributeError):
+                del obj.not_an_attribute
+            read_only = [k for k, v in vars(type(obj)).items() if isinstance(v, property)]
+            if read_only:
+                with pytest.raises(AttributeError):
+                    setattr(obj, read_only[0], getattr(obj, read_only[0]))
+        finally:
+            law.close(obj)

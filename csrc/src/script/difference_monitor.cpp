@@ -158,7 +158,8 @@ void defineDifferenceMonitorClass(torch::Library& m) {
           "forgets the values every thread captured")
       .def(
           "keep_graph",
-          [](const Self& self) { return self->monitor().keepGraph(); })
+          [](const Self& self) { return self->monitor().keepGraph(); },
+          "whether differences keep their autograd graph")
       .def(
           "set_keep_graph",
           [](const Self& self, bool value) {
@@ -168,10 +169,13 @@ void defineDifferenceMonitorClass(torch::Library& m) {
           {torch::arg("value")})
       .def(
           "reducer",
-          [](const Self& self) { return self->scriptReducer(); })
+          [](const Self& self) { return self->scriptReducer(); },
+          "the reducer the monitor feeds")
       .def(
           "name",
-          [](const Self& self) { return self->monitor().name(); })
+          [](const Self& self) { return self->monitor().name(); },
+          "the name the monitor was given, which its errors name (the "
+          "monitored attribute's path, e.g. 'layer1.weight')")
       .def(
           "kind",
           [](const Self& self) { return self->kind(); },
@@ -180,7 +184,8 @@ void defineDifferenceMonitorClass(torch::Library& m) {
           "(one written in Python)")
       .def(
           "train_update",
-          [](const Self& self) { return self->monitor().trainUpdate(); })
+          [](const Self& self) { return self->monitor().trainUpdate(); },
+          "whether the hooks record while the module is in training mode")
       .def(
           "set_train_update",
           [](const Self& self, bool value) {
@@ -190,7 +195,8 @@ void defineDifferenceMonitorClass(torch::Library& m) {
           {torch::arg("value")})
       .def(
           "eval_update",
-          [](const Self& self) { return self->monitor().evalUpdate(); })
+          [](const Self& self) { return self->monitor().evalUpdate(); },
+          "whether the hooks record while the module is in evaluation mode")
       .def(
           "set_eval_update",
           [](const Self& self, bool value) {
@@ -202,7 +208,8 @@ void defineDifferenceMonitorClass(torch::Library& m) {
           "has_custom_callables",
           [](const Self& self) {
             return self->monitor().hasCustomCallables();
-          })
+          },
+          "whether a filter_, map_ or op_ of its own replaces a built-in one")
       .def(
           "peek",
           [](const Self& self) { return self->monitor().reducer()->peek(); },

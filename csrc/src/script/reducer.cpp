@@ -257,29 +257,47 @@ void registerReducerClasses(torch::Library& m) {
           },
           "back to the initial state; keepshape keeps the storage allocated",
           {torch::arg("keepshape") = false})
-      .def("kind", [](const Self& self) { return std::string(self->fold().kind()); })
-      .def("arity", [](const Self& self) {
-        return static_cast<int64_t>(self->fold().arity());
-      })
-      .def("step_time", [](const Self& self) { return self->fold().stepTime(); })
+      .def(
+          "kind",
+          [](const Self& self) { return std::string(self->fold().kind()); },
+          "the inferno class name, such as 'EMAReducer'")
+      .def(
+          "arity",
+          [](const Self& self) {
+            return static_cast<int64_t>(self->fold().arity());
+          },
+          "how many tensors forward() takes (2 for the conditional traces)")
+      .def(
+          "step_time",
+          [](const Self& self) { return self->fold().stepTime(); },
+          "the time one step takes")
       .def(
           "set_step_time",
           [](const Self& self, double v) { self->fold().setStepTime(v); },
           "sets the time one step takes",
           {torch::arg("value")})
-      .def("duration", [](const Self& self) { return self->fold().duration(); })
+      .def(
+          "duration",
+          [](const Self& self) { return self->fold().duration(); },
+          "how much time the history covers")
       .def(
           "set_duration",
           [](const Self& self, double v) { self->fold().setDuration(v); },
           "sets how much time the history covers",
           {torch::arg("value")})
-      .def("inclusive", [](const Self& self) { return self->fold().inclusive(); })
+      .def(
+          "inclusive",
+          [](const Self& self) { return self->fold().inclusive(); },
+          "whether the history holds one state more (the one `duration` back)")
       .def(
           "set_inclusive",
           [](const Self& self, bool v) { self->fold().setInclusive(v); },
           "sets whether the history holds one state more (the one `duration` back)",
           {torch::arg("value")})
-      .def("inplace", [](const Self& self) { return self->fold().inplace(); })
+      .def(
+          "inplace",
+          [](const Self& self) { return self->fold().inplace(); },
+          "whether the history is written in place")
       .def(
           "set_inplace",
           [](const Self& self, bool v) { self->fold().setInplace(v); },
@@ -287,10 +305,21 @@ void registerReducerClasses(torch::Library& m) {
           {torch::arg("value")})
       .def(
           "history_size",
-          [](const Self& self) { return self->fold().historySize(); })
-      .def("steps", [](const Self& self) { return self->fold().steps(); })
-      .def("fill", [](const Self& self) { return self->fold().fill(); })
-      .def("params", [](const Self& self) { return dictOf(self->fold().params()); })
+          [](const Self& self) { return self->fold().historySize(); },
+          "the number of states kept")
+      .def(
+          "steps",
+          [](const Self& self) { return self->fold().steps(); },
+          "the steps folded since construction or the last clear()")
+      .def(
+          "fill",
+          [](const Self& self) { return self->fold().fill(); },
+          "the value of the history's rows before a state is written there")
+      .def(
+          "params",
+          [](const Self& self) { return dictOf(self->fold().params()); },
+          "the kind's own parameters by name (an unset optional one is "
+          "absent)")
       .def(
           "set_param",
           [](const Self& self, const std::string& name, double value) {

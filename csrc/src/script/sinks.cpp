@@ -174,7 +174,9 @@ torch::class_<ScriptSink<S>>& defineSinkMethods(
           "Unregisters, flushes and releases the output; later events are "
           "ignored")
       .def(
-          "closed", [](const Self<S>& self) { return self->get().closed(); })
+          "closed",
+          [](const Self<S>& self) { return self->get().closed(); },
+          "Whether close() ran (a closed sink ignores events)")
       .def(
           "dropped",
           [](const Self<S>& self) { return self->get().dropped(); },
@@ -198,9 +200,14 @@ torch::class_<ScriptSink<S>>& defineFileSinkMethods(
           "file_path",
           [](const Self<S>& self) { return self->get().filePath(); },
           "The file this process writes")
-      .def("ranks", [](const Self<S>& self) {
-        return std::string(sinks::rankFilesName(self->get().options().ranks));
-      });
+      .def(
+          "ranks",
+          [](const Self<S>& self) {
+            return std::string(
+                sinks::rankFilesName(self->get().options().ranks));
+          },
+          "Which ranks of a distributed run write: 'separate' (each, under "
+          "a rank<r> folder) or 'zero' (rank 0 alone)");
 }
 
 // Every sink's state is its configuration (defineConfigState): unpickling
@@ -378,7 +385,10 @@ void registerTensorBoardWriter(torch::Library& m) {
            torch::arg("values"),
            torch::arg("global_step") = c10::IValue(),
            torch::arg("walltime") = c10::IValue()})
-      .def("log_dir", [](const Self<S>& self) { return self->get().logdir(); })
+      .def(
+          "log_dir",
+          [](const Self<S>& self) { return self->get().logdir(); },
+          "The folder given (TensorBoard's --logdir)")
       .def(
           "run_dir",
           [](const Self<S>& self) { return self->get().runDir(); },
@@ -501,7 +511,9 @@ void registerJsonLinesWriter(torch::Library& m) {
        torch::arg("append") = true,
        torch::arg("ranks") = std::string("separate")});
   defineFileSinkMethods(cls).def(
-      "path", [](const Self<S>& self) { return self->get().path(); });
+      "path",
+      [](const Self<S>& self) { return self->get().path(); },
+      "The path given (a rank's file may differ: file_path)");
 }
 
 Self<ConsoleHandler> makeConsoleHandler(
@@ -555,7 +567,8 @@ void registerConsoleHandler(torch::Library& m) {
           "stream",
           [](const Self<S>& self) {
             return std::string(sinks::consoleStreamName(self->get().stream()));
-          });
+          },
+          "The stream written: 'stdout' or 'stderr'");
 }
 
 Self<MemoryHandler> makeMemoryHandler(
@@ -613,17 +626,22 @@ void registerMemoryHandler(torch::Library& m) {
             return out;
           },
           "The events held, oldest first")
-      .def("clear", [](const Self<S>& self) { self->get().clear(); })
+      .def(
+          "clear",
+          [](const Self<S>& self) { self->get().clear(); },
+          "Forgets the events held")
       .def(
           "size",
           [](const Self<S>& self) {
             return static_cast<int64_t>(self->get().size());
-          })
+          },
+          "The number of events held")
       .def(
           "capacity",
           [](const Self<S>& self) {
             return static_cast<int64_t>(self->get().capacity());
-          });
+          },
+          "The most events held; beyond it the oldest is dropped");
 }
 
 Self<PrometheusExporter> makePrometheusExporter(
@@ -688,10 +706,14 @@ void registerPrometheusExporter(torch::Library& m) {
             return static_cast<int64_t>(self->get().port());
           },
           "The port bound")
-      .def("host", [](const Self<S>& self) { return self->get().host(); })
+      .def(
+          "host",
+          [](const Self<S>& self) { return self->get().host(); },
+          "The address the server listens on")
       .def(
           "labels",
-          [](const Self<S>& self) { return dictOf(self->get().labels()); })
+          [](const Self<S>& self) { return dictOf(self->get().labels()); },
+          "The labels every sample carries")
       .def(
           "serving",
           [](const Self<S>& self) { return self->get().serving(); },
@@ -738,10 +760,14 @@ void registerPrometheusTextFile(torch::Library& m) {
       "``PrometheusExporter`` (``rank`` added under torch.distributed).",
       {torch::arg("path"), torch::arg("labels") = c10::IValue(Labels())});
   defineSinkMethods(cls)
-      .def("path", [](const Self<S>& self) { return self->get().path(); })
+      .def(
+          "path",
+          [](const Self<S>& self) { return self->get().path(); },
+          "The file written (replaced whole, by a rename, at each write)")
       .def(
           "labels",
-          [](const Self<S>& self) { return dictOf(self->get().labels()); });
+          [](const Self<S>& self) { return dictOf(self->get().labels()); },
+          "The labels every sample carries");
 }
 
 } // namespace

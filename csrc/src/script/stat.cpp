@@ -206,45 +206,58 @@ void defineStatClass(torch::Library& m, const char* className) {
               out.insert(aggregationName(aggregation), value);
             }
             return out;
-          })
+          },
+          "The aggregated values of the last closed window, by aggregation "
+          "(empty before the first window closes)")
       .def(
           "count",
           [](const c10::intrusive_ptr<Holder>& self) {
             return self->stat().count();
-          })
+          },
+          "The number of samples in the open window")
       .def(
           "name",
           [](const c10::intrusive_ptr<Holder>& self) {
             return self->stat().name();
-          })
+          },
+          "The stat's name, which its events' keys start with")
       .def(
           "window_size_ms",
           [](const c10::intrusive_ptr<Holder>& self) -> int64_t {
             return self->stat().windowSize().count();
-          })
+          },
+          "The time window in milliseconds (0 for a window of steps)")
       .def(
           "window_steps",
           [](const c10::intrusive_ptr<Holder>& self) -> int64_t {
             return self->stat().windowSteps();
-          })
+          },
+          "The window in training steps (0 for a time window)")
       .def(
           "max_samples",
           [](const c10::intrusive_ptr<Holder>& self) {
             return self->stat().maxSamples();
-          })
+          },
+          "The most samples a window takes; later ones until it closes are "
+          "dropped")
       .def(
           "close_on_time",
           [](const c10::intrusive_ptr<Holder>& self) {
             return self->stat().windowClose() == WindowClose::ON_TIME;
-          })
+          },
+          "Whether a window also closes on time, with no sample to close it")
       .def(
           "sync_ranks",
           [](const c10::intrusive_ptr<Holder>& self) {
             return self->stat().syncsRanks();
-          })
-      .def("aggregations", [](const c10::intrusive_ptr<Holder>& self) {
-        return aggregationNames(self->stat());
-      });
+          },
+          "Whether each window is merged across the ranks of a process group")
+      .def(
+          "aggregations",
+          [](const c10::intrusive_ptr<Holder>& self) {
+            return aggregationNames(self->stat());
+          },
+          "The aggregations logged per window, by name");
 }
 
 } // namespace

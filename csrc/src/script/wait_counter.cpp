@@ -120,17 +120,20 @@ void registerWaitCounterClasses(torch::Library& m) {
           "key",
           [](const c10::intrusive_ptr<Counter>& self) {
             return self->counter().key();
-          })
+          },
+          "The key, which names the counter's stat and events")
       .def(
           "window_size_ms",
           [](const c10::intrusive_ptr<Counter>& self) -> int64_t {
             return self->counter().stat().windowSize().count();
-          })
+          },
+          "The window in milliseconds")
       .def(
           "close_on_time",
           [](const c10::intrusive_ptr<Counter>& self) {
             return self->counter().stat().windowClose() == WindowClose::ON_TIME;
-          })
+          },
+          "Whether a window also closes on time, with no unit to close it")
       .def(
           "get",
           [](const c10::intrusive_ptr<Counter>& self) {
@@ -140,7 +143,9 @@ void registerWaitCounterClasses(torch::Library& m) {
               out.insert(aggregationName(aggregation), value);
             }
             return out;
-          });
+          },
+          "count, sum, max and mean of the last closed window (durations "
+          "in microseconds; empty before the first window closes)");
 }
 
 } // namespace torch_monitor::script

@@ -187,7 +187,8 @@ void registerWatch(torch::Library& m) {
           "'<path>.<kind>' per slot")
       .def(
           "device",
-          [](const Self& self) { return self->recorder()->device().str(); })
+          [](const Self& self) { return self->recorder()->device().str(); },
+          "The device the statistics are computed on")
       .def(
           "observe",
           [](const Self& self,
@@ -237,9 +238,10 @@ void registerWatch(torch::Library& m) {
           "remove",
           [](const Self& self) { self->recorder()->remove(); },
           "Closes the open window and stops")
-      .def("removed", [](const Self& self) {
-        return self->recorder()->removed();
-      });
+      .def(
+          "removed",
+          [](const Self& self) { return self->recorder()->removed(); },
+          "Whether remove() ran (the watch observes nothing since)");
 
   // The one op of an observation. It mutates `slots` (a!), which is what
   // keeps it in compiled graphs and orders it there; `gate` carries the
