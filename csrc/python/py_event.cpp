@@ -188,9 +188,25 @@ py::object timestampToPython(int64_t epochMicros) {
 
 int64_t timestampFromPython(py::handle datetime) {
   ensureDateTimeApi();
+  if (PyDate_Check(datetime.ptr()) && !PyDateTime_Check(datetime.ptr())) {
+    // A date is its midnight, local time, as torch.monitor takes it.
+    PyObject* midnight = PyDateTime_FromDateAndTime(
+        PyDateTime_GET_YEAR(datetime.ptr()),
+        PyDateTime_GET_MONTH(datetime.ptr()),
+        PyDateTime_GET_DAY(datetime.ptr()),
+        0,
+        0,
+        0,
+        0);
+    if (midnight == nullptr) {
+      throw py::error_already_set();
+    }
+    return timestampFromPython(py::reinterpret_steal<py::object>(midnight));
+  }
   if (!PyDateTime_Check(datetime.ptr())) {
     throw py::type_error(
-        "Event timestamp must be a datetime.datetime, got " +
+        "Event timestamp must be a datetime.datetime (or a datetime.date, "
+        "its midnight), got " +
         std::string(Py_TYPE(datetime.ptr())->tp_name));
   }
   // datetime.timestamp() treats a naive value as local time and honours the

@@ -169,6 +169,16 @@ TEST(HttpRequest, Parses) {
   EXPECT_EQ(parseHttpRequestHead("GET  / HTTP/1.1\r\n\r\n", 8192).status, 400);
   EXPECT_EQ(parseHttpRequestHead("GET / HTTP/1.1\r\nno colon\r\n\r\n", 8192).status, 400);
   EXPECT_EQ(parseHttpRequestHead(std::string(9000, 'A'), 8192).status, 431);
+  // The absolute form (a proxy's), whose path is served; the asterisk form
+  // is a method's question: 405 for OPTIONS, 505 for HTTP/2's preface.
+  r = parseHttpRequestHead("GET HTTP://host:9/metrics?x HTTP/1.1\r\n\r\n", 8192);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.path, "/metrics");
+  EXPECT_EQ(parseHttpRequestHead("GET http://host HTTP/1.1\r\n\r\n", 8192).path, "/");
+  EXPECT_EQ(parseHttpRequestHead("GET ftp://host/metrics HTTP/1.1\r\n\r\n", 8192).status, 400);
+  EXPECT_EQ(parseHttpRequestHead("OPTIONS * HTTP/1.1\r\n\r\n", 8192).status, 405);
+  EXPECT_EQ(parseHttpRequestHead("PRI * HTTP/2.0\r\n\r\n", 8192).status, 505);
+  EXPECT_EQ(parseHttpRequestHead("GET * HTTP/1.1\r\n\r\n", 8192).status, 400);
 }
 
 TEST(HttpRequest, FuzzNeverCrashes) {

@@ -33,6 +33,13 @@ def test_fields_round_trip(impl, timestamp):
     assert {k: type(v) for k, v in e.data.items()} == {k: type(v) for k, v in data.items()}
 
 
+def test_a_date_is_its_midnight(impl):
+    e = impl.Event("day", datetime.date(2024, 1, 2), {})
+    assert e.timestamp == datetime.datetime(2024, 1, 2)
+    e.timestamp = datetime.date(2025, 3, 4)
+    assert e.timestamp == datetime.datetime(2025, 3, 4)
+
+
 def test_far_timestamps_round_trip_to_the_microsecond(impl):
     """Far from 1970 a float of seconds holds a microsecond only to within one
     (datetime.timestamp()); the instant must still come back exact. Noon-ish

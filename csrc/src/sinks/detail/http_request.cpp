@@ -16,6 +16,19 @@ bool isVisible(char c) {
   return c > 0x20 && c < 0x7f;
 }
 
+// ASCII letters compared without case (a URI scheme's rule).
+bool caseInsensitiveEqual(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if ((a[i] | 0x20) != (b[i] | 0x20)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 HttpRequestHead answer(int status) {
   HttpRequestHead out;
   out.status = status;
@@ -124,8 +137,20 @@ HttpRequestHead parseHttpRequestHead(
       return answer(400);
     }
   }
-  if (target.front() != '/') {
-    return answer(400); // only origin-form targets
+  // The path of an origin-form target ("/metrics"), or of an
+  // absolute-form one ("http://host:9100/metrics", which RFC 9112 has
+  // servers accept, as proxies send it). The asterisk form ("*") goes on to
+  // the method's check: OPTIONS and PRI (HTTP/2's preface) take it.
+  std::string_view path = target;
+  const size_t scheme = target.find("://");
+  if (scheme != std::string_view::npos &&
+      (caseInsensitiveEqual(target.substr(0, scheme), "http") ||
+       caseInsensitiveEqual(target.substr(0, scheme), "https"))) {
+    const size_t slash = target.find('/', scheme + 3);
+    path = slash == std::string_view::npos ? "/" : target.substr(slash);
+  } else if (target.front() != '/' && !(target == "*" && method != "GET" &&
+                                          method != "HEAD")) {
+    return answer(400);
   }
   if (version.size() != 8 || version.substr(0, 5) != "HTTP/" ||
       version[6] != '.' || version[5] < '0' || version[5] > '9' ||
@@ -147,7 +172,7 @@ HttpRequestHead parseHttpRequestHead(
   HttpRequestHead out;
   out.status = 200;
   out.head = method == "HEAD";
-  out.path = std::string(target.substr(0, target.find('?')));
+  out.path = std::string(path.substr(0, path.find('?')));
   return out;
 }
 
