@@ -562,6 +562,14 @@ TEST(SinkConsole, Line) {
       line,
       "2024-05-01T12:34:56.123456Z torch.monitor.Stat loss.mean=0.25 n=3 "
       "ok=false s=\"a b\"\n");
+  // A step window's event, on rank 3 of 8.
+  e.step = 12;
+  line.clear();
+  sinks::text::appendConsoleLine(line, e, ProcessRank{3, 8});
+  EXPECT_EQ(
+      line,
+      "2024-05-01T12:34:56.123456Z [rank 3] torch.monitor.Stat [step 12] "
+      "loss.mean=0.25 n=3 ok=false s=\"a b\"\n");
 }
 
 // ---------------------------------------------------------------- memory handler

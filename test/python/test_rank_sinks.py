@@ -10,6 +10,7 @@ the TorchScript face; and a writer inherited through ``fork()`` warning once.
 
 import json
 import os
+import re
 import textwrap
 
 import pytest
@@ -171,6 +172,28 @@ def test_rank_from_torchrun_environment_and_by_hand(tmp_path):
         """,
         env={"RANK": "1", "WORLD_SIZE": "3"},
     )
+
+
+def test_console_lines_name_the_rank_and_the_step():
+    # The ranks of a job share one terminal: each console line says whose it
+    # is (as the JSON Lines records do), and a step window's, which step.
+    outcome = run_isolated(
+        """
+        import torch_monitor as tm
+        tm.set_process_rank(3, 8)
+        with tm.ConsoleHandler(stream="stdout"):
+            stat = tm.Stat("loss", ["mean"], window_steps=1)
+            tm.set_step(12)
+            stat.add(0.5)
+            tm.set_step(13)
+            stat.add(1.0)  # closes step 12's window: its event is at step 13
+            tm.set_process_rank(None, None)
+            tm.log_event("plain", {"a": 1})
+        """
+    )
+    lines = outcome.stdout.splitlines()
+    assert re.fullmatch(r"\S+Z \[rank 3\] torch\.monitor\.Stat \[step 13\] loss\.mean=0\.5", lines[0]), lines
+    assert re.fullmatch(r"\S+Z plain a=1", lines[1]), lines
 
 
 def test_ranks_argument_is_checked(tm, tmp_path):

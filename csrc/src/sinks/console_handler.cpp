@@ -11,6 +11,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <torch_monitor/process_rank.h>
 #include <torch_monitor/sinks/detail/write_without_sigpipe.h>
 #include <torch_monitor/sinks/format/text.h>
 
@@ -116,7 +117,7 @@ void ConsoleHandler::handle(const Event& event) {
   }
   thread_local std::string line;
   line.clear();
-  text::appendConsoleLine(line, event);
+  text::appendConsoleLine(line, event, distributedRank());
   const int fd = stream_ == ConsoleStream::Stdout ? STDOUT_FILENO : STDERR_FILENO;
   int error;
   {

@@ -311,10 +311,23 @@ void appendJsonLine(
   out += "}}\n";
 }
 
-void appendConsoleLine(std::string& out, const Event& event) {
+void appendConsoleLine(
+    std::string& out,
+    const Event& event,
+    std::optional<ProcessRank> rank) {
   appendIso8601Utc(out, toEpochMicros(event.timestamp));
+  if (rank) {
+    out += " [rank ";
+    out += std::to_string(rank->rank);
+    out.push_back(']');
+  }
   out.push_back(' ');
   appendJsonEscaped(out, event.name);
+  if (event.step) {
+    out += " [step ";
+    out += std::to_string(*event.step);
+    out.push_back(']');
+  }
   forEachSorted(event, [&](const std::string& key, const data_value_t& value) {
     out.push_back(' ');
     appendJsonEscaped(out, key);

@@ -54,7 +54,12 @@ TORCH_MONITOR_API void appendJsonLine(
 // One human-readable line, newline included:
 // 2024-05-01T12:34:56.123456Z torch.monitor.Stat loss.mean=0.25 n=3 ok=true s="x"
 // (keys sorted; names and keys escaped like JSON string contents, string
-// values quoted), so that no event can span two lines.
-TORCH_MONITOR_API void appendConsoleLine(std::string& out, const Event& event);
+// values quoted), so that no event can span two lines; with "[rank 3] "
+// before the name when `rank` is given (the ranks of a job share one
+// terminal) and " [step 12]" after it when the event has a step.
+TORCH_MONITOR_API void appendConsoleLine(
+    std::string& out,
+    const Event& event,
+    std::optional<ProcessRank> rank = std::nullopt);
 
 } // namespace torch_monitor::sinks::text
