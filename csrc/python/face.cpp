@@ -51,11 +51,11 @@ c10::ClassTypePtr scriptClass(const std::string& name) {
 }
 
 // `obj` as an IValue when it is a plain value (an exact float, int, bool,
-// str or None, or a list of str: a Stat's aggregations), for an argument of type Any or
-// of the value's own type: torch's conversion (toIValue) infers an Any's
-// type by importing modules and running isinstance checks in Python, three
-// quarters of a Stat's construction (callgrind), and checks a str against
-// tensors first. nullopt for anything else, which torch converts.
+// str or None, or a list of str), for an argument of type Any or of the
+// value's own type: torch's conversion (toIValue) infers an Any's type by
+// importing modules and running isinstance checks in Python, three quarters
+// of a Stat's construction (callgrind), and checks a str against tensors
+// first. nullopt for anything else, which torch converts.
 std::optional<c10::IValue> plainValue(PyObject* obj) {
   if (obj == Py_None) {
     return c10::IValue();
@@ -124,7 +124,7 @@ py::object runMethod(
         const c10::TypePtr& type = arguments[i].type();
         std::optional<c10::IValue> value = plainValue(arg.ptr());
         if (value && type->kind() != c10::TypeKind::AnyType &&
-            value->type() != type) {
+            *value->type() != *type) {
           value.reset(); // e.g. an int for a float: torch converts it
         }
         stack.push_back(
