@@ -204,6 +204,10 @@ def _sink(**entries: Any) -> Spelling:
     )
 
 
+# What both buffered file sinks read back (sinks.cpp, defineFileSinkMethods).
+_FILE_SINK_GETTERS = ("file_path", "ranks", "flush_interval", "max_buffer_bytes", "event_names")
+
+
 def _memory_events(events: Any) -> Any:
     return [_C._event_from_script(e) for e in events]
 
@@ -219,17 +223,17 @@ FACES: Dict[str, Spelling] = {
     "TensorBoardWriter": _sink(
         positional=1,
         before_init=sync_process_rank,  # the folder is chosen now
-        getters=("log_dir", "file_path", "run_dir", "ranks", "flush_interval", "event_names"),
+        getters=("log_dir", "step_key") + _FILE_SINK_GETTERS + ("run_dir",),
     ),
     "JsonLinesWriter": _sink(
         positional=1,
         before_init=sync_process_rank,  # the file is chosen now
-        getters=("path", "file_path", "ranks"),
+        getters=("path", "append") + _FILE_SINK_GETTERS,
     ),
-    "ConsoleHandler": _sink(positional=1, getters=("stream",)),
+    "ConsoleHandler": _sink(positional=1, getters=("stream", "event_names")),
     "MemoryHandler": _sink(
         positional=1,
-        getters=("capacity",),
+        getters=("capacity", "event_names"),
         results={"events": (_memory_events, "List[Event]")},
         methods={"__len__": lambda self: self._call("size", (), {})},
         signatures={"__len__": "(self) -> int"},

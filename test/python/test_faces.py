@@ -268,3 +268,27 @@ def test_setting_an_attribute_of_any_face_is_an_attribute_error(tmp_path):
                     setattr(obj, read_only[0], getattr(obj, read_only[0]))
         finally:
             law.close(obj)
+
+
+# Faces a user holds only inside the Python object that made them, which
+# reads its settings back itself.
+INTERNAL_FACES = {
+    "Reducer": "held by torch_monitor.reducers' modules (threshold: their criterion's)",
+    "PytorchCounterCapture": "held by capture_pytorch_counters' handle",
+    "Watch": "held by watch()'s handle",
+}
+
+
+def test_every_constructor_argument_of_a_face_reads_back():
+    """What a face was made with can be read from it (a property or method
+    of the argument's name): the sinks' flush_interval, event_names and
+    append could not, from Python."""
+    from torch_monitor import _faces
+
+    missing = []
+    for name, cls in _faces.FACE_CLASSES.items():
+        init = [schema for schema, _doc in tm._C._script_methods(name) if schema.name == "__init__"]
+        if not init or name in INTERNAL_FACES:
+            continue
+        missing += [f"{name}.{a.name}" for a in init[0].arguments[1:] if not hasattr(cls, a.name)]
+    assert not missing, f"constructor arguments that cannot be read back: {missing}"

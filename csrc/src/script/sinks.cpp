@@ -207,7 +207,23 @@ torch::class_<ScriptSink<S>>& defineFileSinkMethods(
                 sinks::rankFilesName(self->get().options().ranks));
           },
           "Which ranks of a distributed run write: 'separate' (each, under "
-          "a rank<r> folder) or 'zero' (rank 0 alone)");
+          "a rank<r> folder) or 'zero' (rank 0 alone)")
+      .def(
+          "flush_interval",
+          [](const Self<S>& self) {
+            return secondsOf(self->get().options().flushInterval);
+          },
+          "Seconds between background writes")
+      .def(
+          "max_buffer_bytes",
+          [](const Self<S>& self) {
+            return static_cast<int64_t>(self->get().options().maxBufferBytes);
+          },
+          "The most bytes buffered; beyond it events are dropped (counted)")
+      .def(
+          "event_names",
+          [](const Self<S>& self) { return self->get().options().eventNames; },
+          "The event names written ([]: every event)");
 }
 
 // Every sink's state is its configuration (defineConfigState): unpickling
@@ -394,15 +410,10 @@ void registerTensorBoardWriter(torch::Library& m) {
           [](const Self<S>& self) { return self->get().runDir(); },
           "The folder this process writes to (log_dir, or its rank<r> folder)")
       .def(
-          "flush_interval",
-          [](const Self<S>& self) {
-            return secondsOf(self->get().options().flushInterval);
-          },
-          "Seconds between background writes")
-      .def(
-          "event_names",
-          [](const Self<S>& self) { return self->get().options().eventNames; },
-          "The event names written ([]: every event)");
+          "step_key",
+          [](const Self<S>& self) { return self->get().options().stepKey; },
+          "The data key whose value is a point's step ('': the event's "
+          "step)");
 }
 
 Self<JsonLinesWriter> makeJsonLinesWriter(
@@ -510,10 +521,15 @@ void registerJsonLinesWriter(torch::Library& m) {
        torch::arg("event_names") = c10::IValue(c10::List<std::string>()),
        torch::arg("append") = true,
        torch::arg("ranks") = std::string("separate")});
-  defineFileSinkMethods(cls).def(
-      "path",
-      [](const Self<S>& self) { return self->get().path(); },
-      "The path given (a rank's file may differ: file_path)");
+  defineFileSinkMethods(cls)
+      .def(
+          "path",
+          [](const Self<S>& self) { return self->get().path(); },
+          "The path given (a rank's file may differ: file_path)")
+      .def(
+          "append",
+          [](const Self<S>& self) { return self->get().options().append; },
+          "Whether the file was appended to (else truncated when made)");
 }
 
 Self<ConsoleHandler> makeConsoleHandler(
@@ -568,7 +584,11 @@ void registerConsoleHandler(torch::Library& m) {
           [](const Self<S>& self) {
             return std::string(sinks::consoleStreamName(self->get().stream()));
           },
-          "The stream written: 'stdout' or 'stderr'");
+          "The stream written: 'stdout' or 'stderr'")
+      .def(
+          "event_names",
+          [](const Self<S>& self) { return self->get().eventNames(); },
+          "The event names written ([]: every event)");
 }
 
 Self<MemoryHandler> makeMemoryHandler(
@@ -641,7 +661,11 @@ void registerMemoryHandler(torch::Library& m) {
           [](const Self<S>& self) {
             return static_cast<int64_t>(self->get().capacity());
           },
-          "The most events held; beyond it the oldest is dropped");
+          "The most events held; beyond it the oldest is dropped")
+      .def(
+          "event_names",
+          [](const Self<S>& self) { return self->get().eventNames(); },
+          "The event names kept ([]: every event)");
 }
 
 Self<PrometheusExporter> makePrometheusExporter(
