@@ -53,9 +53,10 @@ py::object allocateUninitialised(py::handle type);
 
 // Makes `value` the C++ object of `instance` (made by allocateUninitialised),
 // which owns it from now on: what pybind11's constructors do after their
-// C++ constructor ran, without a call through Python (a face made in C++,
-// as WaitCounter.guard() makes one per call, costs 0.5 us less). `value`
-// must come from `new` of the instance's registered C++ type.
+// C++ constructor ran, without a call through Python and the Python
+// torch.ScriptObject it would take (WaitCounter.guard() makes a face per
+// call). `value` must come from `new` of the instance's registered C++
+// type.
 void constructInstance(py::handle instance, void* value);
 
 // A hot path's CPython method: `function` (METH_FASTCALL | METH_KEYWORDS)
