@@ -110,8 +110,12 @@ void initialiseOnNew(py::handle cls) {
       "Creates and initialises the object (arguments as for __init__)"};
   py::object function = py::reinterpret_steal<py::object>(
       PyCFunction_NewEx(&def, cls.ptr(), nullptr));
+  // staticmethod(function), not PyStaticMethod_New: only the call copies
+  // the function's __name__ and __doc__, which torch.compile reads when
+  // traced code makes a face.
   py::object method = function
-      ? py::reinterpret_steal<py::object>(PyStaticMethod_New(function.ptr()))
+      ? py::reinterpret_steal<py::object>(PyObject_CallOneArg(
+            reinterpret_cast<PyObject*>(&PyStaticMethod_Type), function.ptr()))
       : py::object();
   if (!method ||
       PyObject_SetAttrString(cls.ptr(), "__new__", method.ptr()) != 0) {

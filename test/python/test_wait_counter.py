@@ -291,3 +291,19 @@ def test_guard_inside_compiled_code_is_a_clear_error(tm):
 
     with pytest.raises(Exception, match=r"guard\(\) cannot be called inside code"):
         step(torch.ones(2))
+
+
+def test_objects_made_inside_compiled_code_are_made(tm):
+    # As torch.monitor's: Dynamo breaks the graph around the constructor
+    # (it failed inside its own handling of the face's __new__ before).
+    @torch.compile(backend="eager")
+    def step(x):
+        stat = tm.Stat("compiled.made", ["mean"], 60.0)
+        stat.add(2.0)
+        counter = tm.WaitCounter("compiled.made")
+        return x + 1, stat, counter
+
+    y, stat, counter = step(torch.ones(2))
+    assert torch.equal(y, torch.full((2,), 2.0))
+    assert stat.count == 1 and stat.name == "compiled.made"
+    assert counter.key == "compiled.made"
